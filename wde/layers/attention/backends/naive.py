@@ -1,0 +1,30 @@
+"""Per-sequence matmul-softmax in float32: slow, obviously correct; the test oracle."""
+
+from __future__ import annotations
+
+import torch
+
+from wde.layers.attention.backend import AttentionBackend, AttentionMetadata
+
+
+class NaiveBackend(AttentionBackend):
+    name = "naive"
+
+    def forward(
+        self, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, metadata: AttentionMetadata
+    ) -> torch.Tensor:
+        output = torch.empty_like(query)
+        start = 0
+        for seq_len in metadata.seq_lens:
+            end = start + seq_len
+            q = query[start:end].transpose(0, 1).float()  # [num_heads, seq_len, head_size]
+            k = key[start:end].transpose(0, 1).float()
+            v = value[start:end].transpose(0, 1).float()
+            scores = torch.matmul(q, k.transpose(1, 2)) * self.scale  # [num_heads, seq_len, seq_len]
+            if self.causal:
+                future = torch.ones(seq_len, seq_len, dtype=torch.bool, device=q.device).triu(1)
+                scores = scores.masked_fill(future, float("-inf"))
+            probs = torch.softmax(scores, dim=-1)
+            output[start:end] = torch.matmul(probs, v).transpose(0, 1).to(query.dtype)
+            start = end
+        return output

@@ -1,0 +1,50 @@
+"""Embedding pooler: pool (CLS / mean / max / last), then per request: Matryoshka truncation and
+normalization."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from wde.config import PoolingConfig
+from wde.layers.pooler.methods import POOLING_METHODS, PoolingMetadata
+
+
+class EmbeddingPooler:
+    def __init__(self, config: PoolingConfig) -> None:
+        self.pool = POOLING_METHODS[config.method]
+        self.default_normalize = config.normalize
+
+    def __call__(
+        self,
+        hidden: torch.Tensor,  # [num_tokens, hidden_size]
+        meta: PoolingMetadata,
+        normalize: list[bool | None],
+        dimensions: list[int | None],
+    ) -> list[np.ndarray]:
+        pooled = self.pool(hidden.float(), meta)  # [num_seqs, hidden_size], float32
+        # Rows asking for the same (dimensions, normalize) are handled together.
+        groups: dict[tuple[int | None, bool], list[int]] = defaultdict(list)
+        for row, (dims, norm) in enumerate(zip(dimensions, normalize, strict=True)):
+            groups[(dims, self.default_normalize if norm is None else norm)].append(row)
+        if len(groups) == 1:
+            (dims, norm), _ = next(iter(groups.items()))
+            return list(self._finish(pooled, dims, norm).cpu().numpy())
+        outputs: list[np.ndarray] = [None] * len(dimensions)  # type: ignore[list-item]
+        for (dims, norm), rows in groups.items():
+            index = torch.tensor(rows, device=pooled.device)
+            finished = self._finish(pooled.index_select(0, index), dims, norm).cpu().numpy()
+            for row, vector in zip(rows, finished, strict=True):
+                outputs[row] = vector
+        return outputs
+
+    @staticmethod
+    def _finish(pooled: torch.Tensor, dims: int | None, normalize: bool) -> torch.Tensor:
+        if dims is not None:
+            pooled = pooled[:, :dims]  # Matryoshka: truncate, then (re)normalize
+        if normalize:
+            pooled = F.normalize(pooled, p=2, dim=-1)
+        return pooled.contiguous()

@@ -1,0 +1,50 @@
+"""Pooling over a flat batch: ``[num_tokens, hidden]`` + sequence boundaries -> ``[num_seqs, hidden]``."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+
+
+@dataclass
+class PoolingMetadata:
+    seq_lens: torch.Tensor  # [num_seqs] int64
+    cu_seqlens: torch.Tensor  # [num_seqs + 1] int64
+    seq_ids: torch.Tensor  # [num_tokens] int64: which sequence each token belongs to
+
+    @classmethod
+    def from_seq_lens(cls, seq_lens: list[int], device: torch.device) -> PoolingMetadata:
+        lens = torch.tensor(seq_lens, dtype=torch.int64)
+        cu_seqlens = torch.zeros(len(seq_lens) + 1, dtype=torch.int64)
+        torch.cumsum(lens, 0, out=cu_seqlens[1:])
+        seq_ids = torch.repeat_interleave(torch.arange(len(seq_lens)), lens)
+        return cls(*(t.to(device, non_blocking=True) for t in (lens, cu_seqlens, seq_ids)))
+
+
+def cls_pool(hidden: torch.Tensor, meta: PoolingMetadata) -> torch.Tensor:
+    return hidden.index_select(0, meta.cu_seqlens[:-1])
+
+
+def last_pool(hidden: torch.Tensor, meta: PoolingMetadata) -> torch.Tensor:
+    return hidden.index_select(0, meta.cu_seqlens[1:] - 1)
+
+
+def mean_pool(hidden: torch.Tensor, meta: PoolingMetadata) -> torch.Tensor:
+    sums = hidden.new_zeros(len(meta.seq_lens), hidden.shape[1]).index_add_(0, meta.seq_ids, hidden)
+    return sums / meta.seq_lens.unsqueeze(1).to(hidden.dtype)
+
+
+def max_pool(hidden: torch.Tensor, meta: PoolingMetadata) -> torch.Tensor:
+    out = hidden.new_full((len(meta.seq_lens), hidden.shape[1]), float("-inf"))
+    index = meta.seq_ids.unsqueeze(1).expand_as(hidden)
+    return out.scatter_reduce_(0, index, hidden, reduce="amax", include_self=True)
+
+
+POOLING_METHODS: dict[str, Callable[[torch.Tensor, PoolingMetadata], torch.Tensor]] = {
+    "cls": cls_pool,
+    "last": last_pool,
+    "mean": mean_pool,
+    "max": max_pool,
+}

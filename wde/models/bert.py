@@ -1,0 +1,123 @@
+"""BERT encoder on flat, unpadded batches: every linear layer sees ``[num_tokens, hidden]``; only the
+attention backend knows where one sequence ends and the next begins."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+import torch
+from torch import nn
+
+from wde.layers.activation import get_act_fn
+from wde.layers.attention.backend import AttentionBackend
+from wde.layers.attention.layer import Attention
+from wde.models.weight_names import load_named_weights
+
+
+class BertEmbeddings(nn.Module):
+    def __init__(self, config: dict[str, Any], position_offset: int = 0) -> None:
+        super().__init__()
+        hidden_size = config["hidden_size"]
+        self.word_embeddings = nn.Embedding(config["vocab_size"], hidden_size)
+        self.position_embeddings = nn.Embedding(config["max_position_embeddings"], hidden_size)
+        self.token_type_embeddings = nn.Embedding(config.get("type_vocab_size", 2), hidden_size)
+        self.LayerNorm = nn.LayerNorm(hidden_size, eps=config.get("layer_norm_eps", 1e-12))
+        # XLM-RoBERTa numbers positions from padding_idx + 1.
+        self.position_offset = position_offset
+        position_type = config.get("position_embedding_type", "absolute")
+        if position_type != "absolute":
+            raise ValueError(f"position_embedding_type {position_type!r} is not supported (only 'absolute')")
+
+    def forward(
+        self, input_ids: torch.Tensor, positions: torch.Tensor, token_type_ids: torch.Tensor | None
+    ) -> torch.Tensor:
+        embeddings = self.word_embeddings(input_ids)  # [num_tokens, hidden_size]
+        embeddings = embeddings + self.position_embeddings(positions + self.position_offset)
+        if token_type_ids is None:
+            embeddings = embeddings + self.token_type_embeddings.weight[0]
+        else:
+            embeddings = embeddings + self.token_type_embeddings(token_type_ids)
+        return self.LayerNorm(embeddings)
+
+
+class BertSelfOutput(nn.Module):
+    """dense -> residual add -> LayerNorm (used after attention and after the MLP)."""
+
+    def __init__(self, input_size: int, hidden_size: int, layer_norm_eps: float) -> None:
+        super().__init__()
+        self.dense = nn.Linear(input_size, hidden_size)
+        self.LayerNorm = nn.LayerNorm(hidden_size, eps=layer_norm_eps)
+
+    def forward(self, hidden_states: torch.Tensor, residual: torch.Tensor) -> torch.Tensor:
+        return self.LayerNorm(self.dense(hidden_states) + residual)
+
+
+class BertAttention(nn.Module):
+    def __init__(self, config: dict[str, Any], backend: AttentionBackend) -> None:
+        super().__init__()
+        hidden_size = config["hidden_size"]
+        self.num_heads = config["num_attention_heads"]
+        self.head_size = hidden_size // self.num_heads
+        self.qkv_proj = nn.Linear(hidden_size, 3 * hidden_size)  # fused query/key/value
+        self.attn = Attention(backend)
+        self.output = BertSelfOutput(hidden_size, hidden_size, config.get("layer_norm_eps", 1e-12))
+
+    def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
+        num_tokens = hidden_states.shape[0]
+        qkv = self.qkv_proj(hidden_states)  # [num_tokens, 3 * hidden_size]
+        q, k, v = qkv.view(num_tokens, 3, self.num_heads, self.head_size).unbind(1)
+        attn_out = self.attn(q, k, v)  # [num_tokens, num_heads, head_size]
+        return self.output(attn_out.reshape(num_tokens, -1), hidden_states)
+
+
+class BertLayer(nn.Module):
+    def __init__(self, config: dict[str, Any], backend: AttentionBackend) -> None:
+        super().__init__()
+        hidden_size, intermediate_size = config["hidden_size"], config["intermediate_size"]
+        self.attention = BertAttention(config, backend)
+        self.intermediate = nn.Linear(hidden_size, intermediate_size)
+        self.act_fn = get_act_fn(config.get("hidden_act", "gelu"))
+        self.output = BertSelfOutput(intermediate_size, hidden_size, config.get("layer_norm_eps", 1e-12))
+
+    def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
+        attn_out = self.attention(hidden_states)  # [num_tokens, hidden_size]
+        mlp_hidden = self.act_fn(self.intermediate(attn_out))  # [num_tokens, intermediate_size]
+        return self.output(mlp_hidden, attn_out)
+
+
+class BertEncoder(nn.Module):
+    def __init__(self, config: dict[str, Any], backend: AttentionBackend) -> None:
+        super().__init__()
+        self.layer = nn.ModuleList(BertLayer(config, backend) for _ in range(config["num_hidden_layers"]))
+
+    def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
+        for layer in self.layer:
+            hidden_states = layer(hidden_states)
+        return hidden_states
+
+
+class BertModel(nn.Module):
+    """Embeddings + encoder; returns the last hidden state ``[num_tokens, hidden_size]``."""
+
+    supported_tasks: tuple[str, ...] = ("embed",)
+    # Checkpoint prefixes of the encoder, stripped on load ("bert.encoder..." -> "encoder...").
+    weight_prefixes: tuple[str, ...] = ("bert.", "model.")
+
+    def __init__(self, config: dict[str, Any], backend: AttentionBackend) -> None:
+        super().__init__()
+        self.config = config
+        self.embeddings = self._make_embeddings(config)
+        self.encoder = BertEncoder(config, backend)
+
+    def _make_embeddings(self, config: dict[str, Any]) -> BertEmbeddings:
+        return BertEmbeddings(config)
+
+    def forward(
+        self, input_ids: torch.Tensor, positions: torch.Tensor, token_type_ids: torch.Tensor | None = None
+    ) -> torch.Tensor:
+        return self.encoder(self.embeddings(input_ids, positions, token_type_ids))
+
+    def load_weights(self, weights: Iterable[tuple[str, torch.Tensor]]) -> set[str]:
+        """Copy HF-named tensors in (fusing query/key/value); returns the parameter names loaded."""
+        return load_named_weights(self, weights, self.weight_prefixes)

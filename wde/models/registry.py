@@ -1,0 +1,24 @@
+"""HF ``architectures`` -> our model classes."""
+
+from __future__ import annotations
+
+from torch import nn
+
+from wde.models.bert import BertModel
+from wde.models.xlm_roberta import XLMRobertaModel
+
+MODEL_REGISTRY: dict[str, type[nn.Module]] = {
+    "BertModel": BertModel,
+    "XLMRobertaModel": XLMRobertaModel,
+    "RobertaModel": XLMRobertaModel,
+}
+
+
+def resolve_architecture(architectures: list[str] | None, model_path: str) -> tuple[str, type[nn.Module]]:
+    for architecture in architectures or []:
+        if architecture in MODEL_REGISTRY:
+            return architecture, MODEL_REGISTRY[architecture]
+    raise ValueError(
+        f"{model_path}/config.json declares architectures {architectures}, which wde does not support; "
+        f"supported: {', '.join(sorted(MODEL_REGISTRY))}"
+    )

@@ -1,0 +1,28 @@
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from wde.platforms.interface import Platform
+
+if TYPE_CHECKING:
+    from wde.worker.model_runner import ModelRunnerBase
+
+
+class CudaPlatform(Platform):
+    device_type = "cuda"
+    attention_backend_order = ("flash_attn", "xformers", "torch_sdpa", "naive")
+    supported_dtypes = ("float32", "bfloat16", "float16")
+
+    def default_dtype(self, hf_config: dict[str, Any]) -> str:
+        # Like vLLM: a float32 checkpoint runs in float16 on GPU; a bfloat16 one stays bfloat16.
+        return "bfloat16" if hf_config.get("torch_dtype", hf_config.get("dtype")) == "bfloat16" else "float16"
+
+    def memory_info(self) -> tuple[int, int]:
+        import torch
+
+        return torch.cuda.mem_get_info()
+
+    def model_runner_cls(self) -> type[ModelRunnerBase]:
+        from wde.worker.gpu_model_runner import GPUModelRunner
+
+        return GPUModelRunner

@@ -1,0 +1,28 @@
+"""What differs between devices, decided in one place: default dtype, backend order, memory, runner class."""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from typing import TYPE_CHECKING, Any, ClassVar
+
+if TYPE_CHECKING:
+    from wde.worker.model_runner import ModelRunnerBase
+
+
+class Platform(ABC):
+    device_type: ClassVar[str]
+    # Attention backends in order of preference when the user asks for "auto".
+    attention_backend_order: ClassVar[tuple[str, ...]]
+    supported_dtypes: ClassVar[tuple[str, ...]]
+
+    @abstractmethod
+    def default_dtype(self, hf_config: dict[str, Any]) -> str:
+        """The dtype name that "auto" resolves to for this model on this device."""
+
+    @abstractmethod
+    def memory_info(self) -> tuple[int, int]:
+        """(free_bytes, total_bytes) of the memory the model's activations live in."""
+
+    @abstractmethod
+    def model_runner_cls(self) -> type[ModelRunnerBase]:
+        """The ModelRunnerBase subclass for this device."""

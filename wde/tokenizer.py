@@ -1,0 +1,69 @@
+"""A thin wrapper over a HuggingFace fast tokenizer (``tokenizers``): batched, truncating, never padding."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import tokenizers
+
+TextInput = str | tuple[str, str]
+
+
+@dataclass
+class TokenizedInput:
+    token_ids: list[int]
+    token_type_ids: list[int]
+    truncated: bool
+
+
+class Tokenizer:
+    """Encodes texts or text pairs in one batched call, truncating to ``max_length`` (longest first)."""
+
+    def __init__(self, backend: tokenizers.Tokenizer, max_length: int) -> None:
+        self.backend = backend
+        self.max_length = max_length
+        # tokenizer.json files often carry a fixed padding/truncation from training: replace both.
+        self.backend.no_padding()
+        self.backend.enable_truncation(max_length=max_length, strategy="longest_first")
+        self.num_encode_calls = 0
+
+    @classmethod
+    def from_pretrained(cls, path: str | Path, max_length: int) -> Tokenizer:
+        path = Path(path)
+        tokenizer_file = path / "tokenizer.json"
+        if tokenizer_file.exists():
+            return cls(tokenizers.Tokenizer.from_file(str(tokenizer_file)), max_length)
+        try:
+            from transformers import AutoTokenizer
+        except ImportError as e:
+            raise FileNotFoundError(
+                f"{path} has no tokenizer.json; install transformers (pip install transformers) to convert "
+                "its slow tokenizer files, or save a fast tokenizer there"
+            ) from e
+        hf_tokenizer = AutoTokenizer.from_pretrained(str(path), use_fast=True)
+        if not getattr(hf_tokenizer, "is_fast", False):
+            raise ValueError(f"the tokenizer in {path} has no fast (Rust) version; wde needs one")
+        return cls(hf_tokenizer.backend_tokenizer, max_length)
+
+    @property
+    def vocab_size(self) -> int:
+        return self.backend.get_vocab_size(with_added_tokens=True)
+
+    def encode_batch(self, inputs: list[TextInput]) -> list[TokenizedInput]:
+        """One call for the whole window; special tokens added as the model expects."""
+        self.num_encode_calls += 1
+        encodings = self.backend.encode_batch_fast(inputs, add_special_tokens=True)
+        return [
+            TokenizedInput(encoding.ids, encoding.type_ids, bool(encoding.overflowing))
+            for encoding in encodings
+        ]
+
+    def count_tokens(self, text: TextInput) -> int:
+        """Length without truncation (used only to word the error for an over-long input)."""
+        backend = tokenizers.Tokenizer.from_str(self.backend.to_str())
+        backend.no_truncation()
+        backend.no_padding()
+        if isinstance(text, tuple):
+            return len(backend.encode(*text).ids)
+        return len(backend.encode(text).ids)

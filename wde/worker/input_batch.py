@@ -1,0 +1,65 @@
+"""The flat batch a forward pass runs on: all sequences' tokens back to back, no padding."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from wde.engine.request import Request
+from wde.layers.attention.backend import AttentionBackend, AttentionMetadata
+from wde.layers.pooler.methods import PoolingMetadata
+
+
+@dataclass
+class InputBatch:
+    request_ids: list[str]
+    input_ids: torch.Tensor  # [num_tokens] int64
+    positions: torch.Tensor  # [num_tokens] int64, 0-based within each sequence
+    token_type_ids: torch.Tensor | None  # [num_tokens] int64, None when every request is single-segment
+    attn_metadata: AttentionMetadata
+    pooling_metadata: PoolingMetadata
+    normalize: list[bool | None]
+    dimensions: list[int | None]
+
+    @property
+    def num_tokens(self) -> int:
+        return self.input_ids.shape[0]
+
+    @classmethod
+    def build(cls, requests: list[Request], backend: AttentionBackend, device: torch.device) -> InputBatch:
+        seq_lens = [request.num_tokens for request in requests]
+        num_tokens = sum(seq_lens)
+        # 1. token ids, back to back
+        input_ids = np.fromiter(
+            (token_id for request in requests for token_id in request.token_ids), np.int64, num_tokens
+        )
+        # 2. positions restart at 0 for every sequence
+        lens = np.asarray(seq_lens, dtype=np.int64)
+        starts = np.cumsum(lens) - lens
+        positions = np.arange(num_tokens, dtype=np.int64) - np.repeat(starts, lens)
+        # 3. segment ids only where some request has a second segment
+        token_type_ids = None
+        if any(request.token_type_ids and any(request.token_type_ids) for request in requests):
+            token_type_ids = torch.from_numpy(
+                np.fromiter(
+                    (
+                        type_id
+                        for request in requests
+                        for type_id in (request.token_type_ids or [0] * request.num_tokens)
+                    ),
+                    np.int64,
+                    num_tokens,
+                )
+            ).to(device, non_blocking=True)
+        return cls(
+            request_ids=[request.request_id for request in requests],
+            input_ids=torch.from_numpy(input_ids).to(device, non_blocking=True),
+            positions=torch.from_numpy(positions).to(device, non_blocking=True),
+            token_type_ids=token_type_ids,
+            attn_metadata=backend.build_metadata(seq_lens, device),
+            pooling_metadata=PoolingMetadata.from_seq_lens(seq_lens, device),
+            normalize=[request.params.normalize for request in requests],
+            dimensions=[request.params.dimensions for request in requests],
+        )

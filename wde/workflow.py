@@ -1,0 +1,36 @@
+"""A workflow names the class used at each engine stage for one task; the engine is built from it."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from wde.engine.input_processor import InputProcessor
+from wde.engine.output_processor import EmbeddingOutputProcessor, OutputProcessor
+from wde.engine.request_processor import RequestProcessor
+from wde.engine.scheduler import Scheduler
+
+
+@dataclass(frozen=True)
+class Workflow:
+    task: str
+    input_processor: type[InputProcessor]
+    request_processor: type[RequestProcessor]
+    scheduler: type[Scheduler]
+    output_processor: type[OutputProcessor]
+
+
+EMBED = Workflow(
+    task="embed",
+    input_processor=InputProcessor,
+    request_processor=RequestProcessor,
+    scheduler=Scheduler,
+    output_processor=EmbeddingOutputProcessor,
+)
+
+WORKFLOWS: dict[str, Workflow] = {"embed": EMBED}
+
+
+def get_workflow(task: str) -> Workflow:
+    if task not in WORKFLOWS:
+        raise ValueError(f"no workflow for task {task!r}; known: {sorted(WORKFLOWS)}")
+    return WORKFLOWS[task]
