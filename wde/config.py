@@ -101,7 +101,7 @@ class SchedulerConfig:
 class DeviceConfig:
     device: str
     attention_backend: str = "auto"
-    executor: str = "async"
+    executor: str = "sync"
 
     def verify(self) -> None:
         if self.device not in DEVICES[1:]:

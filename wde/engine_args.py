@@ -21,7 +21,6 @@ from wde.models.st_metadata import read_st_metadata
 
 logger = logging.getLogger(__name__)
 
-DEFAULT_MAX_NUM_BATCHED_TOKENS = 8192
 DEFAULT_MAX_NUM_SEQS = 256
 
 
@@ -44,7 +43,7 @@ class EngineArgs:
     max_num_batched_tokens: int | None = None
     max_num_seqs: int | None = None
     attention_backend: str = "auto"
-    executor: str = "async"
+    executor: str = "auto"  # sync | async | auto (the platform's choice)
     truncate: bool = True
     pooling: str | None = None  # override the model's pooling method: cls, mean, max, last
     normalize: bool | None = None  # override the model's default normalization
@@ -76,7 +75,7 @@ class EngineArgs:
             st_metadata.max_seq_length or max_positions(hf_config), max_positions(hf_config)
         )
         max_num_batched_tokens = self.max_num_batched_tokens or max(
-            DEFAULT_MAX_NUM_BATCHED_TOKENS, max_model_len
+            platform.default_max_num_batched_tokens, max_model_len
         )
         pooling = st_metadata.pooling or PoolingConfig(method="cls", normalize=True)
         if self.pooling is not None:
@@ -106,7 +105,7 @@ class EngineArgs:
             device_config=DeviceConfig(
                 device=platform.device_type,
                 attention_backend=self.attention_backend,
-                executor=self.executor,
+                executor=platform.default_executor if self.executor == "auto" else self.executor,
             ),
         )
         config.verify()

@@ -60,6 +60,10 @@ class LLM:
         prompts = [texts] if isinstance(texts, (str, dict)) else texts
         if not isinstance(prompts, Sequence):
             raise TypeError(f"texts must be a str or a list of str, got {type(texts).__name__}")
+        if batch_size is not None and (
+            isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1
+        ):
+            raise ValueError(f"batch_size must be a positive int, got {batch_size!r}")
         params = PoolingParams(normalize, dimensions, truncate, prompt_name)
         outputs = self._run(prompts, params, batch_size, show_progress)
         return outputs  # type: ignore[return-value]
@@ -102,8 +106,6 @@ class LLM:
         if batch_size is None:
             yield
             return
-        if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
-            raise ValueError(f"batch_size must be a positive int, got {batch_size!r}")
         scheduler = self.engine.scheduler
         saved, scheduler.max_num_seqs = scheduler.max_num_seqs, batch_size
         try:

@@ -12,6 +12,9 @@ class CudaPlatform(Platform):
     device_type = "cuda"
     attention_backend_order = ("flash_attn", "xformers", "torch_sdpa", "naive")
     supported_dtypes = ("float32", "bfloat16", "float16")
+    # Kernels run asynchronously: the host schedules and tokenizes batch N+1 while N runs.
+    default_executor = "async"
+    default_max_num_batched_tokens = 16384
 
     def default_dtype(self, hf_config: dict[str, Any]) -> str:
         # Like vLLM: a float32 checkpoint runs in float16 on GPU; a bfloat16 one stays bfloat16.

@@ -14,6 +14,9 @@ class Platform(ABC):
     # Attention backends in order of preference when the user asks for "auto".
     attention_backend_order: ClassVar[tuple[str, ...]]
     supported_dtypes: ClassVar[tuple[str, ...]]
+    # Defaults for knobs left at "auto" / None (see EngineArgs).
+    default_executor: ClassVar[str]
+    default_max_num_batched_tokens: ClassVar[int]
 
     @abstractmethod
     def default_dtype(self, hf_config: dict[str, Any]) -> str:

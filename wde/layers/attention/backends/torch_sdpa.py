@@ -1,69 +1,111 @@
-"""PyTorch scaled_dot_product_attention. Only the attention op sees padding: the flat batch is scattered into
-``[num_seqs, num_heads, max_len, head_size]`` with a key-padding mask, and gathered back after."""
+"""PyTorch scaled_dot_product_attention on length groups.
+
+The flat batch's sequences are sorted by length and cut into groups whose lengths are within
+``MAX_GROUP_PADDING`` of each other; each group runs as one padded SDPA call (unmasked when its lengths
+are equal). Only the attention op sees padding, and at most ~25% of it: one padded call over the whole
+batch wastes far more on mixed lengths, and one call per sequence pays per-call overhead for short ones.
+The groups and gather indices are built once per batch and reused by every layer.
+"""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 import torch.nn.functional as F
 
 from wde.layers.attention.backend import AttentionBackend, AttentionMetadata
 
+# A group's longest sequence is at most this factor (or MIN_GROUP_SLACK tokens) longer than its shortest.
+MAX_GROUP_PADDING = 1.25
+MIN_GROUP_SLACK = 8
+
+
+@dataclass
+class SdpaGroup:
+    num_seqs: int
+    max_len: int
+    gather_index: torch.Tensor  # [num_seqs * max_len]: flat row for each padded slot (pads repeat a real row)
+    attn_mask: torch.Tensor | None  # [num_seqs, 1, 1 or max_len, max_len] bool; None when lengths are equal
+
 
 @dataclass
 class SdpaMetadata(AttentionMetadata):
-    # Row of each flat token in the padded [num_seqs * max_len] layout; None when no padding is needed.
-    pad_index: torch.Tensor | None = None
-    # [num_seqs, 1, 1 or max_len, max_len] bool, True where attention is allowed; None when unmasked.
-    attn_mask: torch.Tensor | None = None
+    groups: list[SdpaGroup] = field(default_factory=list)
+    # [num_tokens]: row of each flat token in the concatenation of the groups' padded outputs
+    scatter_index: torch.Tensor | None = None
+
+
+def group_by_length(seq_lens: list[int]) -> list[list[int]]:
+    """Sequence indices, sorted by length and cut where padding would exceed the allowance."""
+    order = sorted(range(len(seq_lens)), key=seq_lens.__getitem__)
+    groups: list[list[int]] = []
+    for index in order:
+        if groups:
+            shortest = seq_lens[groups[-1][0]]
+            if seq_lens[index] <= max(shortest * MAX_GROUP_PADDING, shortest + MIN_GROUP_SLACK):
+                groups[-1].append(index)
+                continue
+        groups.append([index])
+    return groups
 
 
 class TorchSdpaBackend(AttentionBackend):
     name = "torch_sdpa"
-    is_padded = True
 
     def build_metadata(self, seq_lens: list[int], device: torch.device) -> SdpaMetadata:
         base = super().build_metadata(seq_lens, device)
         metadata = SdpaMetadata(base.seq_lens, base.cu_seqlens, base.max_seqlen)
-        if min(seq_lens) == metadata.max_seqlen:
-            return metadata  # equal lengths: a plain view, no copies, no mask
-        max_len = metadata.max_seqlen
-        lens = torch.tensor(seq_lens)
-        seq_starts = torch.arange(len(seq_lens)) * max_len
-        seq_offsets = torch.cumsum(lens, 0) - lens  # first flat row of each sequence
-        offsets = torch.arange(metadata.num_tokens) - torch.repeat_interleave(seq_offsets, lens)
-        pad_index = torch.repeat_interleave(seq_starts, lens) + offsets
-        key_valid = torch.arange(max_len)[None, :] < lens[:, None]  # [num_seqs, max_len]
-        mask = key_valid[:, None, None, :]  # [num_seqs, 1, 1, max_len]
-        if self.causal:
-            mask = mask & torch.ones(max_len, max_len, dtype=torch.bool).tril()[None, None]
-        metadata.pad_index = pad_index.to(device, non_blocking=True)
-        metadata.attn_mask = mask.to(device, non_blocking=True)
+        seq_starts = [0]
+        for seq_len in seq_lens:
+            seq_starts.append(seq_starts[-1] + seq_len)
+        scatter_index = torch.empty(metadata.num_tokens, dtype=torch.int64)
+        num_padded_rows = 0
+        for members in group_by_length(seq_lens):
+            lens = torch.tensor([seq_lens[i] for i in members])
+            max_len = int(lens.max())
+            slot = torch.arange(max_len)
+            # padded slots past a sequence's end repeat its first row: masked as keys, dropped as queries
+            starts = torch.tensor([seq_starts[i] for i in members])
+            valid = slot[None, :] < lens[:, None]  # [num_seqs, max_len]
+            gather_index = torch.where(valid, starts[:, None] + slot[None, :], starts[:, None])
+            rows = num_padded_rows + torch.arange(len(members) * max_len).view(len(members), max_len)
+            scatter_index[gather_index[valid]] = rows[valid]
+            num_padded_rows += len(members) * max_len
+            attn_mask = None
+            if not bool(valid.all()):
+                attn_mask = valid[:, None, None, :]
+                if self.causal:
+                    attn_mask = attn_mask & torch.ones(max_len, max_len, dtype=torch.bool).tril()
+                attn_mask = attn_mask.to(device, non_blocking=True)
+            metadata.groups.append(
+                SdpaGroup(
+                    len(members), max_len, gather_index.view(-1).to(device, non_blocking=True), attn_mask
+                )
+            )
+        metadata.scatter_index = scatter_index.to(device, non_blocking=True)
         return metadata
 
     def forward(
         self, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, metadata: SdpaMetadata
     ) -> torch.Tensor:
         num_heads, head_size = query.shape[1:]
-        num_seqs, max_len = metadata.num_seqs, metadata.max_seqlen
-        q, k, v = (
-            self._to_padded(t, metadata) for t in (query, key, value)
-        )  # [num_seqs, heads, max_len, hs]
-        is_causal = self.causal and metadata.attn_mask is None
-        out = F.scaled_dot_product_attention(q, k, v, attn_mask=metadata.attn_mask, is_causal=is_causal)
-        out = out.transpose(1, 2).reshape(num_seqs * max_len, num_heads, head_size)
-        if metadata.pad_index is None:
-            return out
-        return out.index_select(0, metadata.pad_index)  # [num_tokens, num_heads, head_size]
-
-    @staticmethod
-    def _to_padded(flat: torch.Tensor, metadata: SdpaMetadata) -> torch.Tensor:
-        num_heads, head_size = flat.shape[1:]
-        num_seqs, max_len = metadata.num_seqs, metadata.max_seqlen
-        if metadata.pad_index is None:
-            padded = flat
-        else:
-            padded = flat.new_zeros(num_seqs * max_len, num_heads, head_size)
-            padded.index_copy_(0, metadata.pad_index, flat)
-        return padded.view(num_seqs, max_len, num_heads, head_size).transpose(1, 2)
+        outputs = []
+        for group in metadata.groups:
+            q, k, v = (
+                t.index_select(0, group.gather_index)
+                .view(group.num_seqs, group.max_len, num_heads, head_size)
+                .transpose(1, 2)
+                for t in (query, key, value)
+            )  # [num_seqs, num_heads, max_len, head_size]
+            out = F.scaled_dot_product_attention(
+                q,
+                k,
+                v,
+                attn_mask=group.attn_mask,
+                is_causal=self.causal and group.attn_mask is None,
+                scale=self.scale,
+            )
+            outputs.append(out.transpose(1, 2).reshape(-1, num_heads, head_size))
+        padded = outputs[0] if len(outputs) == 1 else torch.cat(outputs)
+        return padded.index_select(0, metadata.scatter_index)  # [num_tokens, num_heads, head_size]

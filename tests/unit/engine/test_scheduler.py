@@ -1,0 +1,127 @@
+"""Scheduler without a model: budgets, FCFS order, lazy batched tokenization, abort, over-long inputs."""
+
+from __future__ import annotations
+
+import random
+
+from tests.unit.engine.conftest import SchedulerFactory, text_request
+from wde.engine.request import RequestStatus
+from wde.engine.request_processor import InputTooLongError
+from wde.engine.token_budget import TokenBudget
+
+
+def drain(scheduler) -> list[list[str]]:
+    batches = []
+    while scheduler.has_waiting():
+        output = scheduler.schedule()
+        batches.append([r.request_id for r in output.scheduled_requests])
+    return batches
+
+
+def test_batches_respect_token_and_seq_budgets(make_scheduler: SchedulerFactory) -> None:
+    rng = random.Random(0)
+    for is_padded in (False, True):
+        scheduler, _ = make_scheduler(max_num_batched_tokens=64, max_num_seqs=5, is_padded=is_padded)
+        lengths = {}
+        for i in range(200):
+            request = text_request(f"r{i}", rng.randint(0, 25))
+            lengths[request.request_id] = len(request.text.split()) + 2
+            scheduler.add_request(request)
+        for batch in drain(scheduler):
+            sizes = [lengths[rid] for rid in batch]
+            cost = max(sizes) * len(sizes) if is_padded else sum(sizes)
+            assert 1 <= len(batch) <= 5
+            assert cost <= 64, (is_padded, sizes)
+
+
+def test_padded_backend_is_charged_max_len_times_num_seqs() -> None:
+    varlen = TokenBudget(100, 10, is_padded=False)
+    padded = TokenBudget(100, 10, is_padded=True)
+    for budget in (varlen, padded):
+        budget.add(40)
+        budget.add(5)
+    assert varlen.cost == 45
+    assert padded.cost == 80
+    assert varlen.can_add(50) and not padded.can_add(50)  # padded: 50 * 3 = 150 > 100
+
+
+def test_fcfs_order_is_kept(make_scheduler: SchedulerFactory) -> None:
+    scheduler, _ = make_scheduler(max_num_batched_tokens=40, max_num_seqs=3)
+    ids = [f"r{i}" for i in range(30)]
+    for i, rid in enumerate(ids):
+        scheduler.add_request(text_request(rid, (i * 7) % 20))
+    batches = drain(scheduler)
+    assert [rid for batch in batches for rid in batch] == ids
+
+
+def test_head_of_queue_is_never_skipped(make_scheduler: SchedulerFactory) -> None:
+    scheduler, _ = make_scheduler(max_num_batched_tokens=19, max_num_seqs=8)
+    scheduler.add_request(text_request("small", 2))  # 4 tokens
+    scheduler.add_request(text_request("big", 16))  # 18 tokens: does not fit next to "small"
+    scheduler.add_request(text_request("tiny", 0))  # 2 tokens: would fit, but must wait behind "big"
+    assert drain(scheduler) == [["small"], ["big"], ["tiny"]]
+
+
+def test_request_longer_than_budget_runs_alone(make_scheduler: SchedulerFactory) -> None:
+    scheduler, _ = make_scheduler(max_num_batched_tokens=10, max_num_seqs=4, max_model_len=32)
+    scheduler.add_request(text_request("a", 1))
+    scheduler.add_request(text_request("huge", 25))  # 27 tokens > budget of 10
+    scheduler.add_request(text_request("b", 1))
+    assert drain(scheduler) == [["a"], ["huge"], ["b"]]
+
+
+def test_tokenization_is_lazy_and_batched(make_scheduler: SchedulerFactory) -> None:
+    scheduler, tokenizer = make_scheduler(max_num_batched_tokens=1000, max_num_seqs=4, max_num_lookahead=8)
+    requests = [text_request(f"r{i}", 3) for i in range(20)]
+    for request in requests:
+        scheduler.add_request(request)
+    assert tokenizer.num_encode_calls == 0  # queued, not tokenized
+    assert not any(r.is_tokenized for r in requests)
+
+    output = scheduler.schedule()
+    assert [r.request_id for r in output.scheduled_requests] == ["r0", "r1", "r2", "r3"]
+    assert tokenizer.num_encode_calls == 1  # one batched call for the whole lookahead window
+    assert len(tokenizer.calls[0]) == 8
+    assert [r.is_tokenized for r in requests] == [True] * 8 + [False] * 12
+
+    scheduler.schedule()  # r4..r7 were tokenized already; the window now reaches r8..r11
+    assert tokenizer.num_encode_calls == 2
+    assert len(tokenizer.calls[1]) == 4
+    drain(scheduler)
+    assert sum(len(call) for call in tokenizer.calls) == 20  # every request tokenized exactly once
+
+
+def test_abort_removes_a_queued_request(make_scheduler: SchedulerFactory) -> None:
+    scheduler, _ = make_scheduler(max_num_batched_tokens=1000, max_num_seqs=10)
+    requests = [text_request(f"r{i}", 2) for i in range(4)]
+    for request in requests:
+        scheduler.add_request(request)
+    assert scheduler.abort_request(requests[1])
+    assert requests[1].status == RequestStatus.ABORTED
+    assert scheduler.num_waiting == 3
+    assert not scheduler.abort_request(requests[1])  # already gone
+    assert drain(scheduler) == [["r0", "r2", "r3"]]
+
+
+def test_over_long_request_fails_alone_without_truncation(make_scheduler: SchedulerFactory) -> None:
+    scheduler, _ = make_scheduler(max_num_batched_tokens=1000, max_num_seqs=10, max_model_len=16)
+    scheduler.add_request(text_request("ok1", 3))
+    scheduler.add_request(text_request("too-long", 40, truncate=False))
+    scheduler.add_request(text_request("ok2", 3))
+    output = scheduler.schedule()
+    assert [r.request_id for r in output.scheduled_requests] == ["ok1", "ok2"]
+    assert [r.request_id for r in output.failed_requests] == ["too-long"]
+    failed = output.failed_requests[0]
+    assert failed.status == RequestStatus.FAILED
+    assert isinstance(failed.error, InputTooLongError)
+    assert "42 tokens" in str(failed.error) and "max_model_len (16)" in str(failed.error)
+
+
+def test_over_long_request_is_truncated_by_default(make_scheduler: SchedulerFactory) -> None:
+    scheduler, _ = make_scheduler(max_num_batched_tokens=1000, max_num_seqs=10, max_model_len=16)
+    request = text_request("long", 40)
+    scheduler.add_request(request)
+    output = scheduler.schedule()
+    assert output.scheduled_requests == [request]
+    assert request.num_tokens == 16 and request.token_ids[-1] == 102
+    assert request.num_truncated_tokens > 0

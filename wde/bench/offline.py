@@ -1,0 +1,120 @@
+"""Offline throughput: ``LLM.encode`` against ``SentenceTransformer.encode`` on the same texts, model and
+dtype, in one run, with the min cosine of our embeddings against the reference.
+
+    python -m wde.bench.offline --data ../shared/data/docs.jsonl
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+
+from wde.bench.dataset import load_texts
+
+
+@dataclass
+class Timing:
+    name: str
+    seconds: list[float]
+    num_tokens: int
+    num_texts: int
+
+    def tokens_per_s(self, seconds: float) -> float:
+        return self.num_tokens / seconds
+
+    @property
+    def median(self) -> float:
+        return statistics.median(self.seconds)
+
+    def row(self, baseline: Timing) -> str:
+        """A markdown table row; the ratio is throughput over the baseline's (medians)."""
+        best, median, worst = min(self.seconds), self.median, max(self.seconds)
+        ratio = f"{baseline.median / median:.2f}x"
+        return (
+            f"| {self.name} | {self.tokens_per_s(median):,.0f} | {self.tokens_per_s(worst):,.0f} / "
+            f"{self.tokens_per_s(best):,.0f} | {self.num_texts / median:,.1f} | {ratio} |"
+        )
+
+
+def time_runs(run: Callable[[], np.ndarray], repeats: int) -> tuple[list[float], np.ndarray]:
+    run()  # warm-up (kernel selection, allocator)
+    seconds, result = [], None
+    for _ in range(repeats):
+        start = time.perf_counter()
+        result = run()
+        seconds.append(time.perf_counter() - start)
+    return seconds, result
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--data", default="../shared/data/docs.jsonl")
+    parser.add_argument(
+        "--model", default=None, help="local HF directory (default: bundled all-MiniLM-L6-v2)"
+    )
+    parser.add_argument("--limit", type=int, default=None, help="use the first N texts")
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"])
+    parser.add_argument("--st-batch-size", type=int, default=32)
+    parser.add_argument("--threads", type=int, default=None, help="torch intra-op threads (default: torch's)")
+    parser.add_argument("--executor", default="auto", choices=["auto", "sync", "async"])
+    parser.add_argument("--max-num-batched-tokens", type=int, default=None)
+    args = parser.parse_args(argv)
+
+    import torch
+    from sentence_transformers import SentenceTransformer
+
+    from wde import LLM
+    from wde.engine_args import default_model_path
+
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    model_path = args.model or default_model_path()
+    texts = load_texts(args.data, args.limit)
+
+    llm = LLM(
+        model_path,
+        dtype=args.dtype,
+        executor=args.executor,
+        max_num_batched_tokens=args.max_num_batched_tokens,
+    )
+    num_tokens = sum(len(enc.token_ids) for enc in llm.engine.tokenizer.encode_batch(texts))
+    st_dtype = {"float32": torch.float32, "bfloat16": torch.bfloat16}[args.dtype]
+    st_model = SentenceTransformer(model_path, device="cpu", model_kwargs={"torch_dtype": st_dtype})
+    engine_config = llm.engine.engine_config
+    print(
+        f"# {len(texts)} texts, {num_tokens:,} tokens (max_model_len {llm.model_config.max_model_len}), "
+        f"dtype {args.dtype}, {torch.get_num_threads()} threads, "
+        f"backend {llm.engine.runner.attn_backend.name}, executor {engine_config.device_config.executor}, "
+        f"max_num_batched_tokens {engine_config.scheduler_config.max_num_batched_tokens}, "
+        f"{args.repeats} repeats"
+    )
+
+    st_seconds, reference = time_runs(
+        lambda: st_model.encode(texts, batch_size=args.st_batch_size, convert_to_numpy=True), args.repeats
+    )
+    wde_seconds, ours = time_runs(lambda: np.stack([o.embedding for o in llm.encode(texts)]), args.repeats)
+    reference = reference.astype(np.float32)
+    cosine = (ours * reference).sum(1) / (np.linalg.norm(ours, axis=1) * np.linalg.norm(reference, axis=1))
+
+    st = Timing(f"sentence-transformers (batch {args.st_batch_size})", st_seconds, num_tokens, len(texts))
+    wde = Timing("wde LLM.encode", wde_seconds, num_tokens, len(texts))
+    print("| system | tokens/s (median) | tokens/s (min / max) | texts/s | vs sentence-transformers |")
+    print("|---|---|---|---|---|")
+    print(st.row(st))
+    print(wde.row(st))
+    print(
+        f"min cosine vs sentence-transformers: {cosine.min():.7f}; "
+        f"max abs diff: {np.abs(ours - reference).max():.2e}"
+    )
+
+
+if __name__ == "__main__":
+    main()
