@@ -8,10 +8,29 @@ import numpy as np
 
 
 @dataclass
+class RequestMetrics:
+    """Monotonic timestamps (seconds) of one request's life in the engine."""
+
+    arrival_time: float
+    scheduled_time: float | None
+    finished_time: float
+
+    @property
+    def queue_seconds(self) -> float:
+        """Waiting before the batch that ran it was formed (includes its tokenization)."""
+        return (self.scheduled_time or self.finished_time) - self.arrival_time
+
+    @property
+    def inference_seconds(self) -> float:
+        return self.finished_time - (self.scheduled_time or self.finished_time)
+
+
+@dataclass
 class EmbeddingOutput:
     request_id: str
     embedding: np.ndarray  # [hidden_size] or [dimensions], float32
     num_tokens: int
+    metrics: RequestMetrics | None = None
 
     def __repr__(self) -> str:
         return (
@@ -26,6 +45,7 @@ class ErrorOutput:
 
     request_id: str
     error: Exception
+    metrics: RequestMetrics | None = None
 
 
 RequestOutput = EmbeddingOutput | ErrorOutput

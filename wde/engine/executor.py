@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from collections import deque
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
@@ -23,13 +24,16 @@ class BatchResult:
     requests: list[Request]
     outputs: list[Any] | None = None  # one per request, in order
     error: Exception | None = None  # set when the whole forward failed
+    execute_seconds: float = 0.0  # the forward pass alone (on the worker thread when async)
 
 
 def _run(runner: ModelRunner, requests: list[Request], batch: Any) -> BatchResult:
+    start = time.perf_counter()
     try:
-        return BatchResult(requests, outputs=runner.execute_model(batch))
+        outputs = runner.execute_model(batch)
     except Exception as e:  # one failing batch must not take the engine down
-        return BatchResult(requests, error=e)
+        return BatchResult(requests, error=e, execute_seconds=time.perf_counter() - start)
+    return BatchResult(requests, outputs=outputs, execute_seconds=time.perf_counter() - start)
 
 
 def _prepare(runner: ModelRunner, requests: list[Request]) -> tuple[Any, BatchResult | None]:

@@ -11,8 +11,10 @@ from collections.abc import Sequence
 from typing import Any
 
 from wde.config import EngineConfig
-from wde.engine.executor import EXECUTORS, Executor, ModelRunner
+from wde.engine.executor import EXECUTORS, BatchResult, Executor, ModelRunner
 from wde.engine.request import Request, RequestStatus
+from wde.engine.scheduler import SchedulerOutput
+from wde.engine.stats import BatchStats, StepStats
 from wde.inputs import PoolingParams, PromptType
 from wde.outputs import RequestOutput
 from wde.tokenizer import Tokenizer
@@ -41,6 +43,7 @@ class LLMEngine:
         self.executor: Executor = EXECUTORS[engine_config.device_config.executor](runner)
         self.output_processor = workflow.output_processor()
         self.requests: dict[str, Request] = {}
+        self.last_step_stats: StepStats | None = None
 
     @classmethod
     def from_engine_args(cls, engine_args: Any) -> LLMEngine:
@@ -110,7 +113,26 @@ class LLMEngine:
         outputs = self.output_processor.process(results, scheduler_output.failed_requests)
         for output in outputs:
             self.requests.pop(output.request_id, None)
+        self.last_step_stats = self._step_stats(scheduler_output, results)
         return outputs
+
+    def _step_stats(self, scheduler_output: SchedulerOutput, results: list[BatchResult]) -> StepStats:
+        scheduled = scheduler_output.scheduled_requests
+        return StepStats(
+            num_waiting=self.scheduler.num_waiting,
+            num_scheduled_seqs=len(scheduled),
+            num_scheduled_tokens=sum(request.num_tokens for request in scheduled),
+            num_tokenized=scheduler_output.num_tokenized,
+            tokenize_seconds=scheduler_output.tokenize_seconds,
+            finished_batches=[
+                BatchStats(
+                    len(result.requests),
+                    sum(request.num_tokens for request in result.requests),
+                    result.execute_seconds,
+                )
+                for result in results
+            ],
+        )
 
     def shutdown(self) -> None:
         self.executor.shutdown()

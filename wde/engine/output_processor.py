@@ -2,30 +2,37 @@
 
 from __future__ import annotations
 
+import time
+
 from wde.engine.executor import BatchResult
 from wde.engine.request import Request, RequestStatus
-from wde.outputs import EmbeddingOutput, ErrorOutput, RequestOutput
+from wde.outputs import EmbeddingOutput, ErrorOutput, RequestMetrics, RequestOutput
+
+
+def _metrics(request: Request, finished_time: float) -> RequestMetrics:
+    return RequestMetrics(request.arrival_time, request.scheduled_time, finished_time)
 
 
 class OutputProcessor:
     def process(self, results: list[BatchResult], failed: list[Request]) -> list[RequestOutput]:
-        outputs: list[RequestOutput] = [ErrorOutput(r.request_id, r.error) for r in failed]
+        now = time.monotonic()
+        outputs: list[RequestOutput] = [ErrorOutput(r.request_id, r.error, _metrics(r, now)) for r in failed]
         for result in results:
             for row, request in enumerate(result.requests):
                 if request.status == RequestStatus.ABORTED:
                     continue
                 if result.error is not None:
                     request.fail(result.error)
-                    outputs.append(ErrorOutput(request.request_id, result.error))
+                    outputs.append(ErrorOutput(request.request_id, result.error, _metrics(request, now)))
                     continue
                 request.status = RequestStatus.FINISHED
-                outputs.append(self.make_output(request, result.outputs[row]))
+                outputs.append(self.make_output(request, result.outputs[row], _metrics(request, now)))
         return outputs
 
-    def make_output(self, request: Request, output: object) -> RequestOutput:
+    def make_output(self, request: Request, output: object, metrics: RequestMetrics) -> RequestOutput:
         raise NotImplementedError
 
 
 class EmbeddingOutputProcessor(OutputProcessor):
-    def make_output(self, request: Request, output: object) -> EmbeddingOutput:
-        return EmbeddingOutput(request.request_id, output, request.num_tokens)
+    def make_output(self, request: Request, output: object, metrics: RequestMetrics) -> EmbeddingOutput:
+        return EmbeddingOutput(request.request_id, output, request.num_tokens, metrics)

@@ -32,6 +32,7 @@ class Request:
     params: PoolingParams = field(default_factory=PoolingParams)
     truncate: bool = True
     arrival_time: float = field(default_factory=time.monotonic)
+    scheduled_time: float | None = None
     status: RequestStatus = RequestStatus.WAITING
     error: Exception | None = None
     num_truncated_tokens: int = 0

@@ -20,8 +20,9 @@ class RequestProcessor:
         self.model_config = model_config
         self.tokenizer = tokenizer
 
-    def process(self, requests: Sequence[Request]) -> None:
-        """Tokenize every untokenized request of ``requests``; at most one tokenizer call."""
+    def process(self, requests: Sequence[Request]) -> int:
+        """Tokenize every untokenized request of ``requests`` in at most one tokenizer call; returns how many
+        were tokenized."""
         # 1. inputs that were given as token ids only need the length check
         to_tokenize: list[Request] = []
         for request in requests:
@@ -30,7 +31,7 @@ class RequestProcessor:
             else:
                 to_tokenize.append(request)
         if not to_tokenize:
-            return
+            return 0
         # 2. one batched tokenizer call over the window
         texts = [self._tokenizer_input(request) for request in to_tokenize]
         encodings = self.tokenizer.encode_batch(texts)
@@ -43,6 +44,7 @@ class RequestProcessor:
             request.token_ids = encoding.token_ids
             request.token_type_ids = encoding.token_type_ids
             request.num_truncated_tokens = int(encoding.truncated)
+        return len(to_tokenize)
 
     def _tokenizer_input(self, request: Request) -> TextInput:
         if request.text_pair is not None:

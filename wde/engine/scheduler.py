@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from collections import deque
 from dataclasses import dataclass, field
 from itertools import islice
@@ -18,6 +19,8 @@ class SchedulerOutput:
     # Requests that failed before running (e.g. too long with truncation off): answered now.
     failed_requests: list[Request] = field(default_factory=list)
     num_batched_tokens: int = 0  # the budget's charge for this batch
+    num_tokenized: int = 0  # requests tokenized by this step's batched call
+    tokenize_seconds: float = 0.0
 
     @property
     def is_empty(self) -> bool:
@@ -57,7 +60,9 @@ class Scheduler:
         output = SchedulerOutput()
         # 1. tokenize the front of the queue in one batched call (lazy: only what may run soon)
         window = list(islice(self.waiting, self.config.max_num_lookahead))
-        self.request_processor.process(window)
+        start = time.perf_counter()
+        output.num_tokenized = self.request_processor.process(window)
+        output.tokenize_seconds = time.perf_counter() - start
         # 2. admit FCFS while the budget allows; answer requests that failed tokenization
         budget = TokenBudget(self.config.max_num_batched_tokens, self.max_num_seqs, self.is_padded)
         while self.waiting:
@@ -69,6 +74,7 @@ class Scheduler:
                 break  # FCFS: never skip ahead of the head of the queue
             budget.add(request.num_tokens)
             request.status = RequestStatus.RUNNING
+            request.scheduled_time = time.monotonic()
             output.scheduled_requests.append(self.waiting.popleft())
         output.num_batched_tokens = budget.cost
         return output

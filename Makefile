@@ -1,0 +1,44 @@
+# wde — run `make help` for the targets.
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+PIP := $(VENV)/bin/pip
+DATA ?= ../shared/data/docs.jsonl
+HOST ?= 127.0.0.1
+PORT ?= 8000
+MODEL ?=
+
+.DEFAULT_GOAL := help
+
+help: ## list the targets
+	@grep -E '^[a-zA-Z_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*?## "}; {printf "  make %-12s %s\n", $$1, $$2}'
+
+$(PY):
+	$(PYTHON) -m venv $(VENV)
+	$(PIP) install --quiet --upgrade pip
+
+install: $(PY) ## create .venv and install wde with the server and dev extras (torch pinned by constraints.txt)
+	$(PIP) install --quiet -c constraints.txt -e ".[server,dev]"
+
+test: ## run the test suite (GPU tests skip without CUDA)
+	$(PY) -m pytest -q; rc=$$?; if [ $$rc -eq 5 ]; then echo "pytest: no tests collected"; rc=0; fi; exit $$rc
+
+lint: ## ruff check + format check
+	$(PY) -m ruff check .
+	$(PY) -m ruff format --check .
+
+format: ## ruff format + autofix
+	$(PY) -m ruff format .
+	$(PY) -m ruff check --fix .
+
+bench: ## LLM.encode vs sentence-transformers tokens/s on DATA (default ../shared/data/docs.jsonl)
+	$(PY) -m wde.bench.offline --data $(DATA)
+
+serve: ## serve MODEL (default: the bundled all-MiniLM-L6-v2) on HOST:PORT
+	$(VENV)/bin/wde serve $(MODEL) --host $(HOST) --port $(PORT)
+
+clean: ## remove caches and build output (keeps .venv)
+	rm -rf build dist *.egg-info .pytest_cache .ruff_cache
+	find . -name __pycache__ -not -path "./$(VENV)/*" -prune -exec rm -rf {} +
+
+.PHONY: help install test lint format bench serve clean
