@@ -14,6 +14,8 @@ DEVICES = ("auto", "cpu", "cuda")
 EXECUTORS = ("sync", "async")
 TASKS = ("auto", "embed", "score")
 POOLING_METHODS = ("cls", "mean", "max", "last")
+SCORE_ACTIVATIONS = ("sigmoid", "softmax", "tanh", "identity")
+PAIR_TRUNCATIONS = ("longest_first", "only_second")
 
 
 @dataclass
@@ -42,6 +44,9 @@ class ModelConfig:
     prompts: dict[str, str] = field(default_factory=dict)
     default_prompt_name: str | None = None
     served_model_name: str | None = None
+    # score task: activation on the classifier's logits, and how an over-long pair is cut
+    score_activation: str = "sigmoid"
+    pair_truncation: str = "longest_first"
 
     @property
     def max_position_embeddings(self) -> int:
@@ -54,6 +59,10 @@ class ModelConfig:
     @property
     def hidden_size(self) -> int:
         return int(self.hf_config["hidden_size"])
+
+    @property
+    def num_labels(self) -> int:
+        return num_labels(self.hf_config)
 
     def verify(self) -> None:
         if self.dtype not in DTYPES:
@@ -69,6 +78,10 @@ class ModelConfig:
                 f"({limit} usable positions from max_position_embeddings="
                 f"{self.max_position_embeddings}); pass --max-model-len {limit} or less"
             )
+        if self.score_activation not in SCORE_ACTIVATIONS:
+            raise ValueError(f"score_activation {self.score_activation!r} is not one of {SCORE_ACTIVATIONS}")
+        if self.pair_truncation not in PAIR_TRUNCATIONS:
+            raise ValueError(f"pair_truncation {self.pair_truncation!r} is not one of {PAIR_TRUNCATIONS}")
         if self.default_prompt_name is not None and self.default_prompt_name not in self.prompts:
             raise ValueError(
                 f"default_prompt_name {self.default_prompt_name!r} is not among the model's prompts "
@@ -133,3 +146,10 @@ def max_positions(hf_config: dict[str, Any]) -> int:
     if hf_config.get("model_type") in ("xlm-roberta", "roberta", "camembert"):
         num_positions -= int(hf_config.get("pad_token_id", 1)) + 1
     return num_positions
+
+
+def num_labels(hf_config: dict[str, Any]) -> int:
+    """Classifier outputs: HF configs store id2label and derive num_labels from it (2 if neither is set)."""
+    if "id2label" in hf_config:
+        return len(hf_config["id2label"])
+    return int(hf_config.get("num_labels", 2))

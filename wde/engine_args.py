@@ -16,6 +16,7 @@ from wde.config import (
     PoolingConfig,
     SchedulerConfig,
     max_positions,
+    num_labels,
 )
 from wde.models.st_metadata import read_st_metadata
 
@@ -47,6 +48,8 @@ class EngineArgs:
     truncate: bool = True
     pooling: str | None = None  # override the model's pooling method: cls, mean, max, last
     normalize: bool | None = None  # override the model's default normalization
+    score_activation: str | None = None  # cross-encoders: sigmoid, softmax, tanh, identity (default: model's)
+    pair_truncation: str = "longest_first"  # cross-encoders: longest_first or only_second (keep the query)
 
     @classmethod
     def field_names(cls) -> list[str]:
@@ -71,8 +74,8 @@ class EngineArgs:
                 f"(supported: {', '.join(platform.supported_dtypes)})"
             )
         # 3. lengths and budgets
-        max_model_len = self.max_model_len or min(
-            st_metadata.max_seq_length or max_positions(hf_config), max_positions(hf_config)
+        max_model_len = self.max_model_len or _default_max_model_len(
+            hf_config, st_metadata.max_seq_length, model_path
         )
         max_num_batched_tokens = self.max_num_batched_tokens or max(
             platform.default_max_num_batched_tokens, max_model_len
@@ -97,6 +100,8 @@ class EngineArgs:
                 prompts=st_metadata.prompts,
                 default_prompt_name=st_metadata.default_prompt_name,
                 served_model_name=self.served_model_name or _default_served_name(self.model, model_path),
+                score_activation=self.score_activation or _default_score_activation(hf_config),
+                pair_truncation=self.pair_truncation,
             ),
             scheduler_config=SchedulerConfig(
                 max_num_batched_tokens=max_num_batched_tokens,
@@ -142,3 +147,38 @@ def _default_served_name(model_arg: str | None, model_path: str) -> str:
     if model_arg is None:
         return "sentence-transformers/all-MiniLM-L6-v2"
     return model_arg
+
+
+def _default_max_model_len(hf_config: dict[str, Any], st_max_seq_length: int | None, model_path: str) -> int:
+    """sentence-transformers max_seq_length, else the tokenizer's model_max_length; never past positions."""
+    limit = max_positions(hf_config)
+    if st_max_seq_length:
+        return min(st_max_seq_length, limit)
+    tokenizer_config_path = Path(model_path) / "tokenizer_config.json"
+    if tokenizer_config_path.exists():
+        with tokenizer_config_path.open(encoding="utf-8") as f:
+            model_max_length = json.load(f).get("model_max_length")
+        if isinstance(model_max_length, int) and 0 < model_max_length < limit:
+            return model_max_length
+    return limit
+
+
+# sentence-transformers stores a CrossEncoder's activation as a torch class path in config.json.
+_ST_ACTIVATIONS = {"Sigmoid": "sigmoid", "Softmax": "softmax", "Tanh": "tanh", "Identity": "identity"}
+
+
+def _default_score_activation(hf_config: dict[str, Any]) -> str:
+    """What sentence_transformers.CrossEncoder would apply: the saved activation_fn, else sigmoid for one
+    label and identity for several."""
+    path = (hf_config.get("sentence_transformers") or {}).get("activation_fn") or hf_config.get(
+        "sbert_ce_default_activation_function"
+    )
+    if path:
+        name = str(path).rsplit(".", 1)[-1]
+        if name not in _ST_ACTIVATIONS:
+            raise ValueError(
+                f"config.json asks for activation {path!r}, which wde does not know; "
+                f"pass --score-activation one of {sorted(_ST_ACTIVATIONS.values())}"
+            )
+        return _ST_ACTIVATIONS[name]
+    return "sigmoid" if num_labels(hf_config) == 1 else "identity"

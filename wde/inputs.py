@@ -1,11 +1,14 @@
-"""What callers hand the engine: prompts (text or token ids) and per-request pooling parameters."""
+"""What callers hand the engine: prompts (text, text pairs or token ids) and per-request parameters."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TypedDict
+from typing import TYPE_CHECKING, TypedDict
 
 from typing_extensions import NotRequired
+
+if TYPE_CHECKING:
+    from wde.config import ModelConfig
 
 
 class TextPrompt(TypedDict):
@@ -22,6 +25,8 @@ class TokensPrompt(TypedDict):
 
 
 PromptType = str | TextPrompt | TokensPrompt
+# A (query, document) pair for cross-encoders, tokenized together as the model's tokenizer does for pairs.
+TextPair = tuple[str, str]
 
 
 @dataclass(frozen=True)
@@ -32,8 +37,10 @@ class PoolingParams:
     dimensions: int | None = None
     truncate: bool | None = None
     prompt_name: str | None = None
+    raw_scores: bool = False  # score task: return logits instead of activated scores
 
-    def verify(self, hidden_size: int, prompts: dict[str, str]) -> None:
+    def verify(self, model_config: ModelConfig) -> None:
+        hidden_size = model_config.hidden_size
         if self.dimensions is not None:
             if isinstance(self.dimensions, bool) or not isinstance(self.dimensions, int):
                 raise TypeError(f"dimensions must be an int, got {type(self.dimensions).__name__}")
@@ -42,8 +49,23 @@ class PoolingParams:
                     f"dimensions ({self.dimensions}) must be between 1 and the model's "
                     f"hidden size ({hidden_size})"
                 )
+        prompts = model_config.prompts
         if self.prompt_name is not None and self.prompt_name not in prompts:
             known = ", ".join(sorted(prompts)) or "none"
             raise ValueError(
                 f"prompt_name {self.prompt_name!r} is not a prompt of this model (known: {known})"
+            )
+        for name in ("normalize", "raw_scores"):
+            value = getattr(self, name)
+            if value is not None and not isinstance(value, bool):
+                raise TypeError(f"{name} must be a bool, got {type(value).__name__}")
+        if model_config.task == "score" and (self.dimensions is not None or self.normalize is not None):
+            raise ValueError(
+                f"{model_config.architecture} is a cross-encoder (task 'score'): it returns scores, "
+                "so normalize and dimensions do not apply"
+            )
+        if model_config.task == "embed" and self.raw_scores:
+            raise ValueError(
+                f"{model_config.architecture} is an embedding model (task 'embed'): it has no classifier "
+                "logits; raw_scores needs a cross-encoder (supported tasks here: embed, cosine score)"
             )

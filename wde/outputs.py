@@ -40,6 +40,33 @@ class EmbeddingOutput:
 
 
 @dataclass
+class ScoreOutput:
+    """A (text_1, text_2) pair's score: the classifier's activated logits (all labels), or cosine similarity
+    for an embedding model."""
+
+    request_id: str
+    scores: np.ndarray  # [num_labels] float32
+    num_tokens: int
+    metrics: RequestMetrics | None = None
+
+    @property
+    def score(self) -> float:
+        if self.scores.shape[0] != 1:
+            raise ValueError(f"the model has {self.scores.shape[0]} labels; read .scores for all of them")
+        return float(self.scores[0])
+
+    def __repr__(self) -> str:
+        return f"ScoreOutput(request_id={self.request_id!r}, scores={self.scores.tolist()})"
+
+
+@dataclass
+class RerankResult:
+    index: int  # position of the document in the request
+    score: float
+    document: str | None = None
+
+
+@dataclass
 class ErrorOutput:
     """A request that was accepted but could not run (e.g. too long with truncation off)."""
 
@@ -48,4 +75,4 @@ class ErrorOutput:
     metrics: RequestMetrics | None = None
 
 
-RequestOutput = EmbeddingOutput | ErrorOutput
+RequestOutput = EmbeddingOutput | ScoreOutput | ErrorOutput

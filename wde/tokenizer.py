@@ -18,22 +18,30 @@ class TokenizedInput:
 
 
 class Tokenizer:
-    """Encodes texts or text pairs in one batched call, truncating to ``max_length`` (longest first)."""
+    """Encodes texts or text pairs in one batched call, truncating to ``max_length``.
 
-    def __init__(self, backend: tokenizers.Tokenizer, max_length: int) -> None:
+    ``pair_truncation`` is transformers' strategy for pairs: ``longest_first`` (the default, as in
+    ``tokenizer(a, b, truncation=True)``) or ``only_second`` (the query is kept whole).
+    """
+
+    def __init__(
+        self, backend: tokenizers.Tokenizer, max_length: int, pair_truncation: str = "longest_first"
+    ) -> None:
         self.backend = backend
         self.max_length = max_length
         # tokenizer.json files often carry a fixed padding/truncation from training: replace both.
         self.backend.no_padding()
-        self.backend.enable_truncation(max_length=max_length, strategy="longest_first")
+        self.backend.enable_truncation(max_length=max_length, strategy=pair_truncation)
         self.num_encode_calls = 0
 
     @classmethod
-    def from_pretrained(cls, path: str | Path, max_length: int) -> Tokenizer:
+    def from_pretrained(
+        cls, path: str | Path, max_length: int, pair_truncation: str = "longest_first"
+    ) -> Tokenizer:
         path = Path(path)
         tokenizer_file = path / "tokenizer.json"
         if tokenizer_file.exists():
-            return cls(tokenizers.Tokenizer.from_file(str(tokenizer_file)), max_length)
+            return cls(tokenizers.Tokenizer.from_file(str(tokenizer_file)), max_length, pair_truncation)
         try:
             from transformers import AutoTokenizer
         except ImportError as e:
@@ -44,14 +52,15 @@ class Tokenizer:
         hf_tokenizer = AutoTokenizer.from_pretrained(str(path), use_fast=True)
         if not getattr(hf_tokenizer, "is_fast", False):
             raise ValueError(f"the tokenizer in {path} has no fast (Rust) version; wde needs one")
-        return cls(hf_tokenizer.backend_tokenizer, max_length)
+        return cls(hf_tokenizer.backend_tokenizer, max_length, pair_truncation)
 
     @property
     def vocab_size(self) -> int:
         return self.backend.get_vocab_size(with_added_tokens=True)
 
     def encode_batch(self, inputs: list[TextInput]) -> list[TokenizedInput]:
-        """One call for the whole window; special tokens added as the model expects."""
+        """One call for the whole window; special tokens added as the model expects. Raises when one input
+        cannot be truncated as asked (only_second with a first text longer than max_length)."""
         self.num_encode_calls += 1
         encodings = self.backend.encode_batch_fast(inputs, add_special_tokens=True)
         return [

@@ -5,7 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from wde.engine.input_processor import InputProcessor
-from wde.engine.output_processor import EmbeddingOutputProcessor, OutputProcessor
+from wde.engine.output_processor import EmbeddingOutputProcessor, OutputProcessor, ScoreOutputProcessor
+from wde.engine.pair_input_processor import PairInputProcessor
 from wde.engine.request_processor import RequestProcessor
 from wde.engine.scheduler import Scheduler
 
@@ -27,7 +28,16 @@ EMBED = Workflow(
     output_processor=EmbeddingOutputProcessor,
 )
 
-WORKFLOWS: dict[str, Workflow] = {"embed": EMBED}
+# Cross-encoders: (text_1, text_2) pairs tokenized together, scored by the classifier head.
+SCORE = Workflow(
+    task="score",
+    input_processor=PairInputProcessor,
+    request_processor=RequestProcessor,
+    scheduler=Scheduler,
+    output_processor=ScoreOutputProcessor,
+)
+
+WORKFLOWS: dict[str, Workflow] = {"embed": EMBED, "score": SCORE}
 
 
 def get_workflow(task: str) -> Workflow:

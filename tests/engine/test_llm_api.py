@@ -122,7 +122,7 @@ def test_token_ids_too_long_without_truncation_fail_early(default_llm: LLM) -> N
 
 
 def test_sync_and_async_executors_give_identical_embeddings(default_llm: LLM) -> None:
-    from tests.conftest import read_texts
+    from tests.shared_data import read_texts
 
     docs = read_texts("docs.jsonl", 300)
     sync_llm = LLM(executor="sync", max_num_batched_tokens=2048)

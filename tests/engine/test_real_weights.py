@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from tests.conftest import read_texts
+from tests.shared_data import read_texts
 
 MIN_COSINE = 0.99999
 MAX_ABS_DIFF = 1e-5

@@ -33,7 +33,7 @@ class InputProcessor:
     def process(
         self, request_ids: Sequence[str], prompts: Sequence[Any], params: PoolingParams
     ) -> list[Request]:
-        params.verify(self.model_config.hidden_size, self.model_config.prompts)
+        params.verify(self.model_config)
         if len(request_ids) != len(prompts):
             raise ValueError(f"got {len(request_ids)} request ids for {len(prompts)} inputs")
         truncate = self.model_config.truncate if params.truncate is None else params.truncate
@@ -59,9 +59,12 @@ class InputProcessor:
         elif isinstance(prompt, dict) and "prompt" in prompt:
             request.text = self._check_text(position, prompt["prompt"], field="prompt")
         else:
+            hint = (
+                " (nested lists are not inputs; pass one str per input)" if isinstance(prompt, list) else ""
+            )
             raise TypeError(
                 f"inputs[{position}]: expected a str, {{'prompt': str}} or "
-                f"{{'prompt_token_ids': list[int]}}, got {_describe(prompt)}"
+                f"{{'prompt_token_ids': list[int]}}, got {describe(prompt)}{hint}"
             )
         return request
 
@@ -69,7 +72,7 @@ class InputProcessor:
     def _check_text(self, position: int, text: Any, field: str | None = None) -> str:
         where = f"inputs[{position}]" + (f".{field}" if field else "")
         if not isinstance(text, str):
-            raise TypeError(f"{where}: expected a str, got {_describe(text)}")
+            raise TypeError(f"{where}: expected a str, got {describe(text)}")
         if len(text) > self.max_input_chars:
             raise ValueError(
                 f"{where}: text has {len(text)} characters, more than the limit of {self.max_input_chars}"
@@ -79,13 +82,13 @@ class InputProcessor:
     def _check_token_ids(self, position: int, token_ids: Any, truncate: bool) -> list[int]:
         where = f"inputs[{position}].prompt_token_ids"
         if not isinstance(token_ids, (list, tuple)):
-            raise TypeError(f"{where}: expected a list of int, got {_describe(token_ids)}")
+            raise TypeError(f"{where}: expected a list of int, got {describe(token_ids)}")
         if len(token_ids) == 0:
             raise ValueError(f"{where}: is empty; pass at least one token id")
         vocab_size = self.model_config.vocab_size
         for index, token_id in enumerate(token_ids):
             if isinstance(token_id, bool) or not isinstance(token_id, int):
-                raise TypeError(f"{where}[{index}]: expected an int token id, got {_describe(token_id)}")
+                raise TypeError(f"{where}[{index}]: expected an int token id, got {describe(token_id)}")
             if not 0 <= token_id < vocab_size:
                 raise ValueError(
                     f"{where}[{index}]: token id {token_id} is outside the vocabulary [0, {vocab_size})"
@@ -104,7 +107,7 @@ class InputProcessor:
             raise ValueError(f"{where}: expected a list of {num_tokens} ints (one per token id)")
         for index, type_id in enumerate(type_ids):
             if isinstance(type_id, bool) or not isinstance(type_id, int):
-                raise TypeError(f"{where}[{index}]: expected an int, got {_describe(type_id)}")
+                raise TypeError(f"{where}[{index}]: expected an int, got {describe(type_id)}")
             if not 0 <= type_id < self.type_vocab_size:
                 raise ValueError(
                     f"{where}[{index}]: token type {type_id} is outside [0, {self.type_vocab_size})"
@@ -112,11 +115,11 @@ class InputProcessor:
         return list(type_ids)
 
 
-def _describe(value: Any) -> str:
+def describe(value: Any) -> str:
     if value is None:
         return "None"
     if isinstance(value, (list, tuple)):
-        return f"a {_type_name(value)} (nested lists are not inputs; pass one str per input)"
+        return f"a {_type_name(value)} of {len(value)} items"
     if isinstance(value, dict):
         return f"a dict with keys {sorted(map(str, value))}"
     return _type_name(value)

@@ -10,9 +10,10 @@ from typing import Any
 from tqdm.auto import tqdm
 
 from wde.engine.llm_engine import LLMEngine
+from wde.engine.scoring import CosinePlan, check_top_n, make_pairs, rank, rerank_pairs
 from wde.engine_args import EngineArgs
-from wde.inputs import PoolingParams, PromptType
-from wde.outputs import EmbeddingOutput, ErrorOutput, RequestOutput
+from wde.inputs import PoolingParams, PromptType, TextPair
+from wde.outputs import EmbeddingOutput, ErrorOutput, RequestOutput, RerankResult, ScoreOutput
 
 
 class LLM:
@@ -52,29 +53,82 @@ class LLM:
         before anything runs, and ``ValueError`` naming the input when one could not run (too long with
         ``truncate=False``); the engine stays usable either way.
         """
-        if self.engine.model_config.task != "embed":
+        model_config = self.engine.model_config
+        if model_config.task != "embed":
             raise ValueError(
-                f"this model ({self.engine.model_config.architecture}) supports task "
-                f"{self.engine.model_config.task!r}, not 'embed'"
+                f"{model_config.architecture} is a cross-encoder: it supports task 'score' "
+                "(LLM.score, LLM.rerank), not 'embed'; load an embedding model for encode()"
             )
         prompts = [texts] if isinstance(texts, (str, dict)) else texts
         if not isinstance(prompts, Sequence):
             raise TypeError(f"texts must be a str or a list of str, got {type(texts).__name__}")
-        if batch_size is not None and (
-            isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1
-        ):
-            raise ValueError(f"batch_size must be a positive int, got {batch_size!r}")
         params = PoolingParams(normalize, dimensions, truncate, prompt_name)
-        outputs = self._run(prompts, params, batch_size, show_progress)
-        return outputs  # type: ignore[return-value]
+        return self._run(prompts, params, batch_size, show_progress)  # type: ignore[return-value]
+
+    def score(
+        self,
+        text_1: str | Sequence[str],
+        text_2: str | Sequence[str],
+        *,
+        truncate: bool | None = None,
+        raw_scores: bool = False,
+        batch_size: int | None = None,
+        show_progress: bool = False,
+    ) -> list[ScoreOutput]:
+        """Relevance of (text_1, text_2) pairs: one text_1 against every text_2 (1:N), or pairwise (N:N).
+
+        A cross-encoder returns its classifier's scores after the model's activation (sigmoid for one label,
+        like sentence-transformers' CrossEncoder) or the logits with ``raw_scores=True``; an embedding model
+        returns the cosine similarity of the two texts' embeddings.
+        """
+        pairs = make_pairs(text_1, text_2)
+        if self.engine.model_config.task == "score":
+            params = PoolingParams(truncate=truncate, raw_scores=raw_scores)
+            return self._run(pairs, params, batch_size, show_progress)  # type: ignore[return-value]
+        PoolingParams(truncate=truncate, raw_scores=raw_scores).verify(self.engine.model_config)
+        plan = CosinePlan.from_pairs(pairs)
+        embeddings = self.encode(
+            plan.texts, normalize=True, truncate=truncate, batch_size=batch_size, show_progress=show_progress
+        )
+        return plan.scores(embeddings, [str(next(self._request_counter)) for _ in pairs])
+
+    def rerank(
+        self,
+        query: str,
+        documents: Sequence[str],
+        *,
+        top_n: int | None = None,
+        return_documents: bool = False,
+        raw_scores: bool = False,
+        truncate: bool | None = None,
+        batch_size: int | None = None,
+    ) -> list[RerankResult]:
+        """Documents sorted by relevance to ``query`` (highest first), each with its original ``index``."""
+        pairs = rerank_pairs(query, documents)
+        check_top_n(top_n)
+        num_labels = self.engine.model_config.num_labels
+        if self.engine.model_config.task == "score" and num_labels != 1:
+            raise ValueError(f"rerank needs one relevance score per pair; this model has {num_labels} labels")
+        scores = self.score(
+            query,
+            [document for _, document in pairs],
+            truncate=truncate,
+            raw_scores=raw_scores,
+            batch_size=batch_size,
+        )
+        return rank(scores, documents, top_n, return_documents)
 
     def _run(
         self,
-        prompts: Sequence[PromptType],
+        prompts: Sequence[PromptType | TextPair],
         params: PoolingParams,
         batch_size: int | None,
         show_progress: bool,
     ) -> list[RequestOutput]:
+        if batch_size is not None and (
+            isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1
+        ):
+            raise ValueError(f"batch_size must be a positive int, got {batch_size!r}")
         request_ids = [str(next(self._request_counter)) for _ in prompts]
         position = {request_id: index for index, request_id in enumerate(request_ids)}
         self.engine.add_requests(request_ids, prompts, params)

@@ -52,7 +52,9 @@ class LLMEngine:
         engine_config = engine_args.create_engine_config()
         model_config = engine_config.model_config
         platform = get_platform(engine_config.device_config.device)
-        tokenizer = Tokenizer.from_pretrained(model_config.tokenizer, model_config.max_model_len)
+        tokenizer = Tokenizer.from_pretrained(
+            model_config.tokenizer, model_config.max_model_len, model_config.pair_truncation
+        )
         runner = platform.model_runner_cls()(engine_config, platform)
         runner.initialize()
         logger.info(

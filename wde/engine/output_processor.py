@@ -6,7 +6,7 @@ import time
 
 from wde.engine.executor import BatchResult
 from wde.engine.request import Request, RequestStatus
-from wde.outputs import EmbeddingOutput, ErrorOutput, RequestMetrics, RequestOutput
+from wde.outputs import EmbeddingOutput, ErrorOutput, RequestMetrics, RequestOutput, ScoreOutput
 
 
 def _metrics(request: Request, finished_time: float) -> RequestMetrics:
@@ -36,3 +36,8 @@ class OutputProcessor:
 class EmbeddingOutputProcessor(OutputProcessor):
     def make_output(self, request: Request, output: object, metrics: RequestMetrics) -> EmbeddingOutput:
         return EmbeddingOutput(request.request_id, output, request.num_tokens, metrics)
+
+
+class ScoreOutputProcessor(OutputProcessor):
+    def make_output(self, request: Request, output: object, metrics: RequestMetrics) -> ScoreOutput:
+        return ScoreOutput(request.request_id, output, request.num_tokens, metrics)

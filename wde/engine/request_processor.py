@@ -6,7 +6,7 @@ from collections.abc import Sequence
 
 from wde.config import ModelConfig
 from wde.engine.request import Request
-from wde.tokenizer import TextInput, Tokenizer
+from wde.tokenizer import TextInput, TokenizedInput, Tokenizer
 
 
 class InputTooLongError(ValueError):
@@ -34,9 +34,15 @@ class RequestProcessor:
             return 0
         # 2. one batched tokenizer call over the window
         texts = [self._tokenizer_input(request) for request in to_tokenize]
-        encodings = self.tokenizer.encode_batch(texts)
+        try:
+            encodings: list[TokenizedInput | Exception] = list(self.tokenizer.encode_batch(texts))
+        except Exception:  # one input the tokenizer refuses must not fail the window: find it alone
+            encodings = [self._encode_one(text) for text in texts]
         # 3. keep or fail each result
         for request, text, encoding in zip(to_tokenize, texts, encodings, strict=True):
+            if isinstance(encoding, Exception):
+                request.fail(ValueError(f"the tokenizer refused this input: {encoding}"))
+                continue
             if encoding.truncated and not request.truncate:
                 num_tokens = self.tokenizer.count_tokens(text)
                 request.fail(self._too_long(num_tokens))
@@ -45,6 +51,12 @@ class RequestProcessor:
             request.token_type_ids = encoding.token_type_ids
             request.num_truncated_tokens = int(encoding.truncated)
         return len(to_tokenize)
+
+    def _encode_one(self, text: TextInput) -> TokenizedInput | Exception:
+        try:
+            return self.tokenizer.encode_batch([text])[0]
+        except Exception as e:
+            return e
 
     def _tokenizer_input(self, request: Request) -> TextInput:
         if request.text_pair is not None:

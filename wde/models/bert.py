@@ -9,6 +9,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from wde.config import num_labels
 from wde.layers.activation import get_act_fn
 from wde.layers.attention.backend import AttentionBackend
 from wde.layers.attention.layer import Attention
@@ -97,6 +98,17 @@ class BertEncoder(nn.Module):
         return hidden_states
 
 
+class BertPooler(nn.Module):
+    """BERT's pooler: dense + tanh on the first token's state (used by the classification head)."""
+
+    def __init__(self, hidden_size: int) -> None:
+        super().__init__()
+        self.dense = nn.Linear(hidden_size, hidden_size)
+
+    def forward(self, first_token_states: torch.Tensor) -> torch.Tensor:
+        return torch.tanh(self.dense(first_token_states))
+
+
 class BertModel(nn.Module):
     """Embeddings + encoder; returns the last hidden state ``[num_tokens, hidden_size]``."""
 
@@ -104,11 +116,12 @@ class BertModel(nn.Module):
     # Checkpoint prefixes of the encoder, stripped on load ("bert.encoder..." -> "encoder...").
     weight_prefixes: tuple[str, ...] = ("bert.", "model.")
 
-    def __init__(self, config: dict[str, Any], backend: AttentionBackend) -> None:
+    def __init__(self, config: dict[str, Any], backend: AttentionBackend, add_pooler: bool = False) -> None:
         super().__init__()
         self.config = config
         self.embeddings = self._make_embeddings(config)
         self.encoder = BertEncoder(config, backend)
+        self.pooler = BertPooler(config["hidden_size"]) if add_pooler else None
 
     def _make_embeddings(self, config: dict[str, Any]) -> BertEmbeddings:
         return BertEmbeddings(config)
@@ -121,3 +134,26 @@ class BertModel(nn.Module):
     def load_weights(self, weights: Iterable[tuple[str, torch.Tensor]]) -> set[str]:
         """Copy HF-named tensors in (fusing query/key/value); returns the parameter names loaded."""
         return load_named_weights(self, weights, self.weight_prefixes)
+
+
+class BertForSequenceClassification(nn.Module):
+    """Cross-encoder: BERT + pooler (dense, tanh on [CLS]) + classifier -> ``[num_seqs, num_labels]``."""
+
+    supported_tasks: tuple[str, ...] = ("score",)
+
+    def __init__(self, config: dict[str, Any], backend: AttentionBackend) -> None:
+        super().__init__()
+        self.bert = BertModel(config, backend, add_pooler=True)
+        self.classifier = nn.Linear(config["hidden_size"], num_labels(config))
+
+    def forward(
+        self, input_ids: torch.Tensor, positions: torch.Tensor, token_type_ids: torch.Tensor | None = None
+    ) -> torch.Tensor:
+        return self.bert(input_ids, positions, token_type_ids)
+
+    def compute_logits(self, hidden_states: torch.Tensor, first_token_index: torch.Tensor) -> torch.Tensor:
+        first_token_states = hidden_states.index_select(0, first_token_index)  # [num_seqs, hidden_size]
+        return self.classifier(self.bert.pooler(first_token_states))  # [num_seqs, num_labels]
+
+    def load_weights(self, weights: Iterable[tuple[str, torch.Tensor]]) -> set[str]:
+        return load_named_weights(self, weights, prefixes=())

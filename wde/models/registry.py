@@ -1,16 +1,19 @@
-"""HF ``architectures`` -> our model classes."""
+"""HF ``architectures`` -> our model classes. Each class lists the tasks it serves (``supported_tasks``)."""
 
 from __future__ import annotations
 
 from torch import nn
 
-from wde.models.bert import BertModel
-from wde.models.xlm_roberta import XLMRobertaModel
+from wde.models.bert import BertForSequenceClassification, BertModel
+from wde.models.xlm_roberta import XLMRobertaForSequenceClassification, XLMRobertaModel
 
 MODEL_REGISTRY: dict[str, type[nn.Module]] = {
     "BertModel": BertModel,
     "XLMRobertaModel": XLMRobertaModel,
     "RobertaModel": XLMRobertaModel,
+    "BertForSequenceClassification": BertForSequenceClassification,
+    "XLMRobertaForSequenceClassification": XLMRobertaForSequenceClassification,
+    "RobertaForSequenceClassification": XLMRobertaForSequenceClassification,
 }
 
 

@@ -2,9 +2,16 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 
+import torch
+from torch import nn
+
+from wde.config import num_labels
+from wde.layers.attention.backend import AttentionBackend
 from wde.models.bert import BertEmbeddings, BertModel
+from wde.models.weight_names import load_named_weights
 
 
 class XLMRobertaModel(BertModel):
@@ -12,3 +19,36 @@ class XLMRobertaModel(BertModel):
 
     def _make_embeddings(self, config: dict[str, Any]) -> BertEmbeddings:
         return BertEmbeddings(config, position_offset=int(config.get("pad_token_id", 1)) + 1)
+
+
+class RobertaClassificationHead(nn.Module):
+    """dense -> tanh -> out_proj on the first token (<s>)."""
+
+    def __init__(self, config: dict[str, Any]) -> None:
+        super().__init__()
+        self.dense = nn.Linear(config["hidden_size"], config["hidden_size"])
+        self.out_proj = nn.Linear(config["hidden_size"], num_labels(config))
+
+    def forward(self, first_token_states: torch.Tensor) -> torch.Tensor:
+        return self.out_proj(torch.tanh(self.dense(first_token_states)))
+
+
+class XLMRobertaForSequenceClassification(nn.Module):
+    supported_tasks: tuple[str, ...] = ("score",)
+
+    def __init__(self, config: dict[str, Any], backend: AttentionBackend) -> None:
+        super().__init__()
+        self.roberta = XLMRobertaModel(config, backend)
+        self.classifier = RobertaClassificationHead(config)
+
+    def forward(
+        self, input_ids: torch.Tensor, positions: torch.Tensor, token_type_ids: torch.Tensor | None = None
+    ) -> torch.Tensor:
+        return self.roberta(input_ids, positions, token_type_ids)
+
+    def compute_logits(self, hidden_states: torch.Tensor, first_token_index: torch.Tensor) -> torch.Tensor:
+        first_token_states = hidden_states.index_select(0, first_token_index)  # [num_seqs, hidden_size]
+        return self.classifier(first_token_states)  # [num_seqs, num_labels]
+
+    def load_weights(self, weights: Iterable[tuple[str, torch.Tensor]]) -> set[str]:
+        return load_named_weights(self, weights, prefixes=())

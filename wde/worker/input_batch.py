@@ -8,6 +8,7 @@ import numpy as np
 import torch
 
 from wde.engine.request import Request
+from wde.inputs import PoolingParams
 from wde.layers.attention.backend import AttentionBackend, AttentionMetadata
 from wde.layers.pooler.methods import PoolingMetadata
 
@@ -20,8 +21,7 @@ class InputBatch:
     token_type_ids: torch.Tensor | None  # [num_tokens] int64, None when every request is single-segment
     attn_metadata: AttentionMetadata
     pooling_metadata: PoolingMetadata
-    normalize: list[bool | None]
-    dimensions: list[int | None]
+    params: list[PoolingParams]  # per request, in batch order
 
     @property
     def num_tokens(self) -> int:
@@ -60,6 +60,5 @@ class InputBatch:
             token_type_ids=token_type_ids,
             attn_metadata=backend.build_metadata(seq_lens, device),
             pooling_metadata=PoolingMetadata.from_seq_lens(seq_lens, device),
-            normalize=[request.params.normalize for request in requests],
-            dimensions=[request.params.dimensions for request in requests],
+            params=[request.params for request in requests],
         )

@@ -16,6 +16,7 @@ from wde.layers.attention.backend import AttentionBackend
 from wde.layers.attention.selector import select_attention_backend
 from wde.layers.forward_context import set_forward_context
 from wde.layers.pooler.embedding_pooler import EmbeddingPooler
+from wde.layers.pooler.score_pooler import ScorePooler
 from wde.models.loader import load_model
 from wde.platforms import Platform, get_platform
 from wde.worker.input_batch import InputBatch
@@ -42,8 +43,8 @@ class ModelRunnerBase:
             engine_config.device_config.attention_backend, self.platform, self.dtype, head_size
         )
         self.attn_backend: AttentionBackend = backend_cls(num_heads, head_size)
-        self.pooler = EmbeddingPooler(self.model_config.pooling)
         self.model: torch.nn.Module | None = None
+        self.pooler: EmbeddingPooler | ScorePooler | None = None
 
     # ---- device hooks -----------------------------------------------------------------------------
     def _cache_device_properties(self) -> None:
@@ -78,8 +79,14 @@ class ModelRunnerBase:
     # ---- logic shared by every device -------------------------------------------------------------
     def initialize(self) -> None:
         self.load_model()
+        self.pooler = self._make_pooler()
         self.profile_run()
         self.capture_model()
+
+    def _make_pooler(self) -> EmbeddingPooler | ScorePooler:
+        if self.model_config.task == "score":
+            return ScorePooler(self.model, self.model_config.score_activation)
+        return EmbeddingPooler(self.model_config.pooling)
 
     def prepare_inputs(self, requests: list[Request]) -> InputBatch:
         return InputBatch.build(requests, self.attn_backend, self.device)
@@ -87,13 +94,13 @@ class ModelRunnerBase:
     @torch.inference_mode()
     def execute_model(self, batch: InputBatch) -> list[np.ndarray]:
         """One forward pass; returns one float32 vector per request, in batch order."""
-        if self.model is None:
-            raise RuntimeError("call load_model() before execute_model()")
+        if self.model is None or self.pooler is None:
+            raise RuntimeError("call initialize() before execute_model()")
         with set_forward_context(batch.attn_metadata):
             hidden = self.model(
                 batch.input_ids, batch.positions, batch.token_type_ids
             )  # [num_tokens, hidden]
-        return self.pooler(hidden, batch.pooling_metadata, batch.normalize, batch.dimensions)
+        return self.pooler(hidden, batch.pooling_metadata, batch.params)
 
     def _dummy_requests(self, num_seqs: int, seq_len: int) -> list[Request]:
         token_id = int(self.model_config.hf_config.get("pad_token_id") or 0) + 1

@@ -10,6 +10,7 @@ import torch
 import torch.nn.functional as F
 
 from wde.config import PoolingConfig
+from wde.inputs import PoolingParams
 from wde.layers.pooler.methods import POOLING_METHODS, PoolingMetadata
 
 
@@ -22,18 +23,17 @@ class EmbeddingPooler:
         self,
         hidden: torch.Tensor,  # [num_tokens, hidden_size]
         meta: PoolingMetadata,
-        normalize: list[bool | None],
-        dimensions: list[int | None],
+        params: list[PoolingParams],
     ) -> list[np.ndarray]:
         pooled = self.pool(hidden.float(), meta)  # [num_seqs, hidden_size], float32
         # Rows asking for the same (dimensions, normalize) are handled together.
         groups: dict[tuple[int | None, bool], list[int]] = defaultdict(list)
-        for row, (dims, norm) in enumerate(zip(dimensions, normalize, strict=True)):
-            groups[(dims, self.default_normalize if norm is None else norm)].append(row)
+        for row, p in enumerate(params):
+            groups[(p.dimensions, self.default_normalize if p.normalize is None else p.normalize)].append(row)
         if len(groups) == 1:
             (dims, norm), _ = next(iter(groups.items()))
             return list(self._finish(pooled, dims, norm).cpu().numpy())
-        outputs: list[np.ndarray] = [None] * len(dimensions)  # type: ignore[list-item]
+        outputs: list[np.ndarray] = [None] * len(params)  # type: ignore[list-item]
         for (dims, norm), rows in groups.items():
             index = torch.tensor(rows, device=pooled.device)
             finished = self._finish(pooled.index_select(0, index), dims, norm).cpu().numpy()

@@ -1,0 +1,154 @@
+"""Tiny random BERT / XLM-RoBERTa checkpoints in HuggingFace layout, built once per session, offline.
+
+Each directory holds ``config.json``, the weights (``model.safetensors``, or ``pytorch_model.bin`` for the
+one variant that tests that path) and a fast tokenizer (``tokenizer.json``), as ``save_pretrained`` writes
+them. Weights are drawn with a fixed seed and a much larger spread than HF's initializer (std 0.02), so that
+attention is far from uniform and a masking or position bug moves the outputs well past the tolerances.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import torch
+from safetensors.torch import load_file
+
+from tests.shared_data import SHARED_DATA
+from wde.engine_args import default_model_path
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerBase
+
+SEED = 0
+HIDDEN_SIZE = 32
+NUM_HIDDEN_LAYERS = 2
+NUM_ATTENTION_HEADS = 4
+INTERMEDIATE_SIZE = 37
+BERT_MAX_POSITIONS = 64
+XLMR_MAX_POSITIONS = 66  # 64 usable: XLM-R numbers positions from pad_token_id + 1
+XLMR_VOCAB_SIZE = 400  # target size of the trained Unigram vocabulary
+WEIGHT_STD = 0.2  # 10x HF's initializer_range
+NUM_TOKENIZER_TEXTS = 300
+
+BERT_TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "vocab.txt")
+FALLBACK_TEXTS = (
+    "The quick brown fox jumps over the lazy dog.",
+    "Embeddings map sentences to vectors that can be compared with a dot product.",
+    "A prefill-only engine runs one forward pass per request and never decodes.",
+    "Attention backends differ in how they lay out a batch of sequences of mixed lengths.",
+    "Tokenizers split text into pieces; special tokens mark the start and the end.",
+    "Der schnelle braune Fuchs springt über den faulen Hund.",
+    "Le renard brun rapide saute par-dessus le chien paresseux.",
+    "El rápido zorro marrón salta sobre el perro perezoso.",
+)
+
+
+def training_texts() -> list[str]:
+    """A few hundred sentences for the XLM-R tokenizer: the shared corpus if present, else inline text."""
+    docs_path = SHARED_DATA / "docs.jsonl"
+    if docs_path.is_file():
+        with docs_path.open(encoding="utf-8") as f:
+            texts = [json.loads(line)["text"] for _, line in zip(range(NUM_TOKENIZER_TEXTS), f, strict=False)]
+        if texts:
+            return texts
+    return list(FALLBACK_TEXTS) * 4
+
+
+def _randomize_(model: torch.nn.Module, seed: int) -> None:
+    """Redraw every parameter (LayerNorm scales around 1) from a seeded generator."""
+    generator = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for name, param in model.named_parameters():
+            noise = torch.randn(param.shape, generator=generator) * WEIGHT_STD
+            param.copy_(1.0 + noise if name.endswith("LayerNorm.weight") else noise)
+
+
+def _common_config() -> dict[str, int | float]:
+    return {
+        "hidden_size": HIDDEN_SIZE,
+        "num_hidden_layers": NUM_HIDDEN_LAYERS,
+        "num_attention_heads": NUM_ATTENTION_HEADS,
+        "intermediate_size": INTERMEDIATE_SIZE,
+        "initializer_range": WEIGHT_STD,
+    }
+
+
+def save_tiny_bert(
+    path: Path, seed: int = SEED, architecture: str = "BertModel", **overrides: object
+) -> Path:
+    """A random ``BertModel`` (or ``BertForSequenceClassification``, ...) with the bundled MiniLM tokenizer
+    (vocab 30522)."""
+    import transformers
+    from transformers import BertConfig
+
+    bundled = Path(default_model_path())
+    vocab_size = json.loads((bundled / "config.json").read_text())["vocab_size"]
+    config = BertConfig(
+        vocab_size=vocab_size, max_position_embeddings=BERT_MAX_POSITIONS, **_common_config(), **overrides
+    )
+    torch.manual_seed(seed)
+    model = getattr(transformers, architecture)(config)
+    _randomize_(model, seed)
+    model.save_pretrained(path)
+    for name in BERT_TOKENIZER_FILES:
+        shutil.copy(bundled / name, path / name)
+    return path
+
+
+def build_xlmr_tokenizer(texts: list[str]) -> PreTrainedTokenizerBase:
+    """Train a small Unigram model and wrap it as an XLM-R tokenizer.
+
+    The wrapper's post-processor gives ``<s> A </s>`` and ``<s> A </s></s> B </s>`` (all segment ids 0).
+    """
+    from tokenizers import Tokenizer, models, pre_tokenizers, trainers
+    from transformers import XLMRobertaTokenizerFast
+
+    # ids 0-3 as in XLM-R (<s>, <pad>, </s>, <unk>); <mask> goes last
+    specials = ["<s>", "<pad>", "</s>", "<unk>"]
+    trainer = trainers.UnigramTrainer(
+        vocab_size=XLMR_VOCAB_SIZE, special_tokens=specials, unk_token="<unk>", show_progress=False
+    )
+    raw = Tokenizer(models.Unigram())
+    raw.pre_tokenizer = pre_tokenizers.Metaspace()
+    raw.train_from_iterator(texts, trainer)
+    vocab = [(piece, score) for piece, score in json.loads(raw.to_str())["model"]["vocab"]]
+    if [piece for piece, _ in vocab[:4]] != specials:
+        raise AssertionError(f"the trained vocabulary starts with {vocab[:4]}, not {specials}")
+    return XLMRobertaTokenizerFast(vocab=[*vocab, ("<mask>", 0.0)])
+
+
+def save_tiny_xlmr(
+    path: Path, seed: int = SEED, architecture: str = "XLMRobertaModel", **overrides: object
+) -> Path:
+    """A random ``XLMRobertaModel`` (or ``XLMRobertaForSequenceClassification``, ...; pad_token_id=1,
+    type_vocab_size=1) with a freshly trained tokenizer."""
+    import transformers
+    from transformers import XLMRobertaConfig
+
+    tokenizer = build_xlmr_tokenizer(training_texts())
+    config = XLMRobertaConfig(
+        vocab_size=len(tokenizer),
+        max_position_embeddings=XLMR_MAX_POSITIONS,
+        type_vocab_size=1,
+        pad_token_id=1,
+        bos_token_id=0,
+        eos_token_id=2,
+        **_common_config(),
+        **overrides,
+    )
+    torch.manual_seed(seed)
+    model = getattr(transformers, architecture)(config)
+    _randomize_(model, seed)
+    model.save_pretrained(path)
+    tokenizer.save_pretrained(path)
+    return path
+
+
+def copy_as_pytorch_bin(source: Path, path: Path) -> Path:
+    """The same checkpoint with the weights in ``pytorch_model.bin`` (and no safetensors file)."""
+    shutil.copytree(source, path, ignore=shutil.ignore_patterns("*.safetensors"))
+    torch.save(load_file(str(source / "model.safetensors")), path / "pytorch_model.bin")
+    return path

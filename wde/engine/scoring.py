@@ -1,0 +1,84 @@
+"""Score and rerank plumbing shared by ``LLM`` and ``AsyncLLMEngine``: pairing rules (1:1, 1:N, N:N as in
+vLLM), rerank input checks and ranking, and cosine scoring with an embedding model."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from wde.inputs import TextPair
+from wde.outputs import EmbeddingOutput, RerankResult, ScoreOutput
+
+
+def _as_text_list(name: str, value: Any) -> list[str]:
+    texts = [value] if isinstance(value, str) else value
+    if not isinstance(texts, (list, tuple)):
+        raise TypeError(f"{name} must be a str or a list of str, got {type(value).__name__}")
+    for index, text in enumerate(texts):
+        if not isinstance(text, str):
+            raise TypeError(f"{name}[{index}]: expected a str, got {type(text).__name__}")
+    if not texts:
+        raise ValueError(f"{name} is empty; pass at least one text")
+    return list(texts)
+
+
+def make_pairs(text_1: str | Sequence[str], text_2: str | Sequence[str]) -> list[TextPair]:
+    """One text_1 against every text_2 (1:N), or text_1[i] with text_2[i] (N:N)."""
+    texts_1 = _as_text_list("text_1", text_1)
+    texts_2 = _as_text_list("text_2", text_2)
+    if len(texts_1) == 1:
+        return [(texts_1[0], text) for text in texts_2]
+    if len(texts_1) != len(texts_2):
+        raise ValueError(
+            f"text_1 has {len(texts_1)} texts and text_2 has {len(texts_2)}: pass one text_1 (scored "
+            "against every text_2) or as many text_1 as text_2 (scored pairwise)"
+        )
+    return list(zip(texts_1, texts_2, strict=True))
+
+
+def rerank_pairs(query: str, documents: Sequence[str]) -> list[TextPair]:
+    if not isinstance(query, str):
+        raise TypeError(f"query must be a str, got {type(query).__name__}")
+    return [(query, document) for document in _as_text_list("documents", documents)]
+
+
+def check_top_n(top_n: int | None) -> None:
+    if top_n is not None and (isinstance(top_n, bool) or not isinstance(top_n, int) or top_n < 1):
+        raise ValueError(f"top_n must be a positive int or None, got {top_n!r}")
+
+
+def rank(
+    scores: Sequence[ScoreOutput], documents: Sequence[str], top_n: int | None, return_documents: bool
+) -> list[RerankResult]:
+    """Sort by score, highest first (ties keep document order), keep ``top_n``."""
+    values = [output.score for output in scores]
+    order = sorted(range(len(values)), key=lambda index: -values[index])[:top_n]
+    return [
+        RerankResult(index, values[index], documents[index] if return_documents else None) for index in order
+    ]
+
+
+@dataclass
+class CosinePlan:
+    """Bi-encoder scoring: embed each distinct text once, then cosine per pair."""
+
+    texts: list[str]
+    pair_rows: list[tuple[int, int]]
+
+    @classmethod
+    def from_pairs(cls, pairs: Sequence[TextPair]) -> CosinePlan:
+        rows: dict[str, int] = {}
+        pair_rows = [(rows.setdefault(a, len(rows)), rows.setdefault(b, len(rows))) for a, b in pairs]
+        return cls(list(rows), pair_rows)
+
+    def scores(self, embeddings: Sequence[EmbeddingOutput], request_ids: Sequence[str]) -> list[ScoreOutput]:
+        matrix = np.stack([output.embedding for output in embeddings])  # [num_texts, hidden], L2-normalized
+        outputs = []
+        for request_id, (row_a, row_b) in zip(request_ids, self.pair_rows, strict=True):
+            cosine = np.dot(matrix[row_a], matrix[row_b]).astype(np.float32).reshape(1)
+            num_tokens = embeddings[row_a].num_tokens + embeddings[row_b].num_tokens
+            outputs.append(ScoreOutput(request_id, cosine, num_tokens))
+        return outputs
