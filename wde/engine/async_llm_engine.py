@@ -1,0 +1,164 @@
+"""``AsyncLLMEngine``: the engine for asyncio callers (the HTTP server).
+
+    engine = AsyncLLMEngine(EngineArgs(model=...))
+    engine.start()                      # builds the LLMEngine on the engine thread (state: loading)
+    engine.wait_until_ready(timeout=60)
+    outputs = await engine.encode(["a text", "another"], PoolingParams())
+    engine.shutdown()                   # finish accepted work, then stop the thread
+
+The ``LLMEngine`` lives on an ``EngineThread`` and is touched by nothing else; this class only sends it
+commands and awaits the answers. A cancelled ``encode`` (client gone) aborts its requests.
+
+To serve another task, add a coroutine next to ``encode`` that checks the task, calls ``_submit`` with
+the task's prompts and params, and raises for errors with ``_raise_for_errors``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from wde.engine.engine_thread import (
+    Call,
+    EngineCounts,
+    EngineInfo,
+    EngineState,
+    EngineThread,
+    EngineUnavailableError,
+    StatsListener,
+)
+from wde.engine.llm_engine import LLMEngine
+from wde.engine_args import EngineArgs
+from wde.inputs import PoolingParams, PromptType
+from wde.outputs import EmbeddingOutput, ErrorOutput, RequestOutput
+
+
+class TaskNotSupportedError(ValueError):
+    """The loaded model does not serve the task asked for (e.g. embeddings from a cross-encoder)."""
+
+
+class RequestFailedError(RuntimeError):
+    """An accepted request could not run for a reason other than its input (e.g. the forward pass failed)."""
+
+
+class AsyncLLMEngine:
+    def __init__(self, engine_args: EngineArgs, build_engine: Callable[[], LLMEngine] | None = None) -> None:
+        """``build_engine`` makes the LLMEngine on the engine thread (default: from ``engine_args``)."""
+        self.engine_args = engine_args
+        self._thread = EngineThread(build_engine or (lambda: LLMEngine.from_engine_args(engine_args)))
+        self._call_counter = itertools.count()
+
+    # ---- life cycle ---------------------------------------------------------------------------------
+    def start(self) -> None:
+        """Start the engine thread, which loads the model; returns at once (idempotent)."""
+        self._thread.start()
+
+    def wait_until_ready(self, timeout: float | None = None) -> None:
+        """Block until the model is loaded; raises the load error, or TimeoutError."""
+        self._thread.wait_until_ready(timeout)
+
+    def shutdown(self, timeout: float | None = None) -> None:
+        """Refuse new work, finish every accepted request, stop the thread. Blocks: from asyncio, run it in
+        a worker thread (``await asyncio.to_thread(engine.shutdown)``)."""
+        self._thread.stop(timeout)
+
+    @property
+    def state(self) -> EngineState:
+        return self._thread.state
+
+    @property
+    def is_ready(self) -> bool:
+        return self._thread.state == EngineState.READY
+
+    @property
+    def info(self) -> EngineInfo:
+        """The loaded engine's config, attention backend and a tokenizer copy; raises while loading."""
+        info = self._thread.info
+        if info is None:
+            raise EngineUnavailableError("the model is still loading; retry in a few seconds")
+        return info
+
+    # ---- observation (metrics) ----------------------------------------------------------------------
+    @property
+    def counts(self) -> EngineCounts:
+        return self._thread.counts
+
+    @property
+    def num_waiting(self) -> int:
+        """Requests queued in the scheduler (the queue depth)."""
+        return self._thread.counts.num_waiting
+
+    @property
+    def num_unfinished(self) -> int:
+        """Requests accepted and not answered yet."""
+        return self._thread.counts.num_unfinished
+
+    def add_stats_listener(self, listener: StatsListener) -> None:
+        """``listener.on_step(StepStats)``, ``on_outputs(outputs)`` and ``on_aborted(n)`` are called on the
+        engine thread after each step / abort: keep them short and thread-safe (prometheus-client is)."""
+        self._thread.listeners = (*self._thread.listeners, listener)
+
+    def remove_stats_listener(self, listener: StatsListener) -> None:
+        self._thread.listeners = tuple(item for item in self._thread.listeners if item is not listener)
+
+    # ---- tasks --------------------------------------------------------------------------------------
+    async def encode(
+        self, prompts: PromptType | Sequence[PromptType], params: PoolingParams | None = None
+    ) -> list[EmbeddingOutput]:
+        """One embedding per prompt, in order. Raises the InputProcessor's ``TypeError`` / ``ValueError``
+        for bad input, ``InputTooLongError`` for an over-long input with truncation off,
+        ``EngineUnavailableError`` while loading or shutting down."""
+        self._check_task("embed")
+        outputs = await self._submit(_as_list(prompts), params or PoolingParams())
+        _raise_for_errors(outputs)
+        return outputs  # type: ignore[return-value]
+
+    def _check_task(self, task: str) -> None:
+        model_config = self.info.model_config
+        if model_config.task != task:
+            raise TaskNotSupportedError(
+                f"this model ({model_config.architecture}) serves task {model_config.task!r}, "
+                f"not {task!r}; use the {model_config.task} endpoints or load another model"
+            )
+
+    async def _submit(self, prompts: Sequence[Any], params: Any) -> list[RequestOutput]:
+        """Queue one engine request per prompt and wait for all of them; cancelling aborts them."""
+        loop = asyncio.get_running_loop()
+        call_id = next(self._call_counter)
+        request_ids = [f"{call_id}-{index}" for index in range(len(prompts))]
+        call = Call(request_ids, prompts, params, loop, loop.create_future())
+        self._thread.add(call)
+        try:
+            return await call.future
+        except asyncio.CancelledError:
+            self._thread.abort(request_ids)
+            raise
+
+
+def _as_list(prompts: Any) -> list[Any]:
+    if isinstance(prompts, (str, dict)):
+        return [prompts]
+    if not isinstance(prompts, Sequence):
+        raise TypeError(f"prompts must be a str or a list of str, got {type(prompts).__name__}")
+    if len(prompts) == 0:
+        raise ValueError("inputs is empty; pass at least one input")
+    return list(prompts)
+
+
+def _raise_for_errors(outputs: Sequence[RequestOutput]) -> None:
+    """Raise the first failed input's error, named by position (bad input keeps its ValueError type)."""
+    errors = [(index, output) for index, output in enumerate(outputs) if isinstance(output, ErrorOutput)]
+    if not errors:
+        return
+    index, first = errors[0]
+    more = f" ({len(errors) - 1} more inputs failed)" if len(errors) > 1 else ""
+    message = f"inputs[{index}]: {first.error}{more}"
+    error: Exception = RequestFailedError(message)
+    if isinstance(first.error, (ValueError, TypeError)):
+        try:
+            error = type(first.error)(message)
+        except Exception:  # an exception type that takes other arguments
+            error = ValueError(message)
+    raise error from first.error

@@ -1,0 +1,335 @@
+"""``EngineThread``: the thread that owns an ``LLMEngine``.
+
+The engine is built on this thread and touched by nothing else. Other threads talk to it only through
+``send()``: commands go into a thread-safe queue, which the thread blocks on whenever it has nothing to
+run (signal, don't poll). Each submitted call is answered once, when its last request finishes, by
+resolving the call's asyncio future on the caller's event loop (``loop.call_soon_threadsafe``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import enum
+import logging
+import queue
+import threading
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import tokenizers
+
+from wde.config import EngineConfig
+from wde.engine.llm_engine import LLMEngine
+from wde.engine.request_processor import InputTooLongError
+from wde.engine.stats import StepStats
+from wde.outputs import RequestOutput
+
+logger = logging.getLogger(__name__)
+
+
+class EngineState(enum.Enum):
+    CREATED = "created"
+    LOADING = "loading"
+    READY = "ready"
+    DRAINING = "draining"  # finishing accepted work; refusing new work
+    STOPPED = "stopped"
+    FAILED = "failed"
+
+
+class EngineUnavailableError(RuntimeError):
+    """The engine takes no work now (loading, draining, stopped or failed); retry later or elsewhere."""
+
+
+class EngineDeadError(EngineUnavailableError):
+    """The engine loop crashed; the process needs a restart (its health check says so)."""
+
+
+@dataclass(frozen=True)
+class EngineInfo:
+    """What other threads may read about the loaded engine: copied out of the engine thread once."""
+
+    engine_config: EngineConfig
+    attention_backend: str
+    # An untruncated copy of the engine's tokenizer for callers (/tokenize); never the engine's own object.
+    tokenizer: tokenizers.Tokenizer
+
+    @property
+    def model_config(self):
+        return self.engine_config.model_config
+
+
+@dataclass(frozen=True)
+class EngineCounts:
+    """A snapshot published by the engine thread after every loop iteration."""
+
+    num_waiting: int = 0  # queued in the scheduler, not yet in a batch
+    num_unfinished: int = 0  # accepted and not answered yet (queued or running)
+
+
+class StatsListener(Protocol):
+    """Observes the engine for metrics. Called ON THE ENGINE THREAD: keep it short and thread-safe."""
+
+    def on_step(self, stats: StepStats) -> None: ...
+
+    def on_outputs(self, outputs: Sequence[RequestOutput]) -> None: ...
+
+    def on_aborted(self, num_requests: int) -> None: ...
+
+
+@dataclass(eq=False)
+class Call:
+    """One submission: many prompts (one engine request each) answered together through one future."""
+
+    request_ids: list[str]
+    prompts: Sequence[Any]
+    params: Any
+    loop: asyncio.AbstractEventLoop
+    future: asyncio.Future[list[RequestOutput]]
+    outputs: list[RequestOutput | None] = field(default_factory=list)
+    num_remaining: int = 0
+
+    def __post_init__(self) -> None:
+        self.outputs = [None] * len(self.request_ids)
+        self.num_remaining = len(self.request_ids)
+
+    def resolve(self) -> None:
+        self._call_soon(_set_result, self.future, self.outputs)
+
+    def fail(self, error: BaseException) -> None:
+        self._call_soon(_set_exception, self.future, error)
+
+    def _call_soon(self, callback: Callable[..., None], *args: Any) -> None:
+        try:
+            self.loop.call_soon_threadsafe(callback, *args)
+        except RuntimeError:  # the caller's event loop is closed: nobody is waiting any more
+            logger.debug("dropped the answer to a call whose event loop is closed")
+
+
+def _set_result(future: asyncio.Future[Any], result: Any) -> None:
+    if not future.done():  # the caller may have been cancelled meanwhile
+        future.set_result(result)
+
+
+def _set_exception(future: asyncio.Future[Any], error: BaseException) -> None:
+    if not future.done():
+        future.set_exception(error)
+
+
+@dataclass(frozen=True)
+class AddCommand:
+    call: Call
+
+
+@dataclass(frozen=True)
+class AbortCommand:
+    request_ids: list[str]
+
+
+class StopCommand:
+    """Finish every accepted request, then end the thread."""
+
+
+Command = AddCommand | AbortCommand | StopCommand
+
+
+class EngineThread:
+    def __init__(self, build_engine: Callable[[], LLMEngine]) -> None:
+        self._build_engine = build_engine
+        self._commands: queue.SimpleQueue[Command] = queue.SimpleQueue()
+        # Guards ``state`` and the enqueueing of adds, so no add can follow a stop into the queue.
+        self._lock = threading.Lock()
+        self._ready = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="wde-engine", daemon=True)
+        self.state = EngineState.CREATED
+        self.info: EngineInfo | None = None
+        self.counts = EngineCounts()
+        self.error: BaseException | None = None
+        self.listeners: tuple[StatsListener, ...] = ()  # replaced, never mutated (read by the thread)
+        self._pending: dict[str, tuple[Call, int]] = {}  # engine thread only
+
+    # ---- any thread ---------------------------------------------------------------------------------
+    def start(self) -> None:
+        with self._lock:
+            if self.state != EngineState.CREATED:
+                return
+            self.state = EngineState.LOADING
+        self._thread.start()
+
+    def wait_until_ready(self, timeout: float | None = None) -> None:
+        if not self._ready.wait(timeout):
+            raise TimeoutError(f"the engine was not ready within {timeout} s (state: {self.state.value})")
+        if self.state == EngineState.FAILED:
+            raise EngineDeadError(f"the engine failed to start: {self.error}") from self.error
+
+    def add(self, call: Call) -> None:
+        with self._lock:
+            if self.state != EngineState.READY:
+                raise EngineUnavailableError(_unavailable_message(self.state, self.error))
+            self._commands.put(AddCommand(call))
+
+    def abort(self, request_ids: list[str]) -> None:
+        """Never raises: aborting after the thread ended is a no-op."""
+        self._commands.put(AbortCommand(request_ids))
+
+    def stop(self, timeout: float | None = None) -> None:
+        """Refuse new work, finish accepted work, end the thread (waits up to ``timeout`` seconds)."""
+        with self._lock:
+            if self.state == EngineState.CREATED:
+                self.state = EngineState.STOPPED
+                return
+            if self.state in (EngineState.LOADING, EngineState.READY):
+                self.state = EngineState.DRAINING
+                self._commands.put(StopCommand())
+        if self._thread.is_alive() and threading.current_thread() is not self._thread:
+            self._thread.join(timeout)
+            if self._thread.is_alive():
+                raise TimeoutError(f"the engine did not drain within {timeout} s")
+
+    # ---- engine thread ------------------------------------------------------------------------------
+    def _run(self) -> None:
+        # 1. build the engine (LOADING -> READY)
+        engine = self._load()
+        if engine is None:
+            return
+        # 2. serve commands and step until stopped and drained
+        try:
+            self._serve(engine)
+        except BaseException as e:
+            logger.exception("the engine loop crashed; failing every pending request")
+            self._fail(e)
+        finally:
+            engine.shutdown()
+            with self._lock:
+                if self.state != EngineState.FAILED:
+                    self.state = EngineState.STOPPED
+            logger.info("engine stopped")
+
+    def _load(self) -> LLMEngine | None:
+        try:
+            engine = self._build_engine()
+            self.info = _engine_info(engine)
+        except BaseException as e:
+            logger.exception("the engine failed to start")
+            self._fail(e)
+            self._ready.set()
+            return None
+        with self._lock:
+            if self.state == EngineState.LOADING:
+                self.state = EngineState.READY
+        self._ready.set()
+        return engine
+
+    def _serve(self, engine: LLMEngine) -> None:
+        stopping = False
+        while not (stopping and not engine.has_unfinished_requests()):
+            # 1. commands: block on the queue only when there is nothing to run
+            for command in self._take_commands(block=not engine.has_unfinished_requests()):
+                stopping = self._apply(engine, command) or stopping
+            self._publish_counts(engine)
+            # 2. one step when there is work
+            if engine.has_unfinished_requests():
+                outputs = engine.step()
+                self._deliver(outputs)
+                self._notify(engine.last_step_stats, outputs)
+                self._publish_counts(engine)
+
+    def _publish_counts(self, engine: LLMEngine) -> None:
+        self.counts = EngineCounts(engine.scheduler.num_waiting, engine.get_num_unfinished_requests())
+
+    def _take_commands(self, block: bool) -> list[Command]:
+        commands = [self._commands.get()] if block else []
+        while True:
+            try:
+                commands.append(self._commands.get_nowait())
+            except queue.Empty:
+                return commands
+
+    def _apply(self, engine: LLMEngine, command: Command) -> bool:
+        """Apply one command; True for a stop."""
+        if isinstance(command, StopCommand):
+            return True
+        if isinstance(command, AbortCommand):
+            self._abort(engine, command.request_ids)
+            return False
+        call = command.call
+        if not call.request_ids:
+            call.resolve()
+            return False
+        try:
+            engine.add_requests(call.request_ids, call.prompts, call.params)
+        except Exception as e:  # validation: the call fails alone, the queue is untouched
+            call.fail(_as_input_error(e))
+            return False
+        for index, request_id in enumerate(call.request_ids):
+            self._pending[request_id] = (call, index)
+        return False
+
+    def _abort(self, engine: LLMEngine, request_ids: list[str]) -> None:
+        num_aborted = 0
+        for request_id in request_ids:
+            if self._pending.pop(request_id, None) is not None and engine.abort_request(request_id):
+                num_aborted += 1
+        if num_aborted:
+            for listener in self.listeners:
+                _safely(listener.on_aborted, num_aborted)
+
+    def _deliver(self, outputs: list[RequestOutput]) -> None:
+        for output in outputs:
+            entry = self._pending.pop(output.request_id, None)
+            if entry is None:
+                continue
+            call, index = entry
+            call.outputs[index] = output
+            call.num_remaining -= 1
+            if call.num_remaining == 0:
+                call.resolve()
+
+    def _notify(self, stats: StepStats | None, outputs: list[RequestOutput]) -> None:
+        for listener in self.listeners:
+            if stats is not None:
+                _safely(listener.on_step, stats)
+            if outputs:
+                _safely(listener.on_outputs, outputs)
+
+    def _fail(self, error: BaseException) -> None:
+        with self._lock:
+            self.state = EngineState.FAILED
+            self.error = error
+        dead = EngineDeadError(f"the engine loop stopped: {error!r}; restart the server")
+        for call in {id(call): call for call, _ in self._pending.values()}.values():
+            call.fail(dead)
+        self._pending.clear()
+        for command in self._take_commands(block=False):
+            if isinstance(command, AddCommand):
+                command.call.fail(dead)
+
+
+def _engine_info(engine: LLMEngine) -> EngineInfo:
+    tokenizer = tokenizers.Tokenizer.from_str(engine.tokenizer.backend.to_str())
+    tokenizer.no_truncation()
+    tokenizer.no_padding()
+    return EngineInfo(engine.engine_config, engine.runner.attn_backend.name, tokenizer)
+
+
+def _as_input_error(error: Exception) -> Exception:
+    # The InputProcessor words over-long token ids as a plain ValueError; give it the type the
+    # RequestProcessor uses for the same problem, so callers map both to one status.
+    if type(error) is ValueError and "more than max_model_len" in str(error):
+        return InputTooLongError(str(error))
+    return error
+
+
+def _safely(callback: Callable[..., None], *args: Any) -> None:
+    try:
+        callback(*args)
+    except Exception:  # a metrics bug must not take the engine down
+        logger.exception("stats listener %r failed", callback)
+
+
+def _unavailable_message(state: EngineState, error: BaseException | None) -> str:
+    if state in (EngineState.CREATED, EngineState.LOADING):
+        return "the model is still loading; retry in a few seconds"
+    if state == EngineState.FAILED:
+        return f"the engine failed ({error!r}); restart the server"
+    return "the engine is shutting down; retry on another replica"
