@@ -230,9 +230,11 @@ class EngineThread:
             # 2. one step when there is work
             if engine.has_unfinished_requests():
                 outputs = engine.step()
+                self._publish_counts(
+                    engine
+                )  # before answering: a caller sees counts no older than its answer
                 self._deliver(outputs)
                 self._notify(engine.last_step_stats, outputs)
-                self._publish_counts(engine)
 
     def _publish_counts(self, engine: LLMEngine) -> None:
         self.counts = EngineCounts(engine.scheduler.num_waiting, engine.get_num_unfinished_requests())

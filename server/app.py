@@ -1,0 +1,72 @@
+"""``create_app(engine, settings)``: the FastAPI application over an ``AsyncLLMEngine``.
+
+Adding a route group (the rerank routes ``/rerank``, ``/v1/rerank``, ``/v2/rerank`` come this way):
+  1. request / response models in ``server/protocol.py`` (requests subclass ``RequestModel``, so unknown
+     fields answer 422; inputs reuse ``parse_inputs`` or their own validator);
+  2. ``server/routes/rerank.py`` with ``router = APIRouter()``; a handler takes its request model and the
+     ``Request``, calls ``state = get_state(request)``, ``state.check_num_inputs(...)``,
+     ``await state.engine.score(...)`` and returns ``ORJSONResponse(...)``;
+  3. the module added to ``ROUTE_MODULES`` below.
+Handlers only raise; a new exception type gets its status in ``server/errors.py``'s ``ERROR_TABLE``
+(``/v1/*`` paths get OpenAI's error shape automatically). Auth, admission (429/503), the payload limit
+(413), metrics by route and the abort of a disconnected client's requests apply without any change.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+import anyio
+from fastapi import FastAPI
+
+import wde
+from server.app_state import AppState
+from server.errors import install_error_handlers
+from server.middleware.admission import AdmissionMiddleware
+from server.middleware.auth import ApiKeyMiddleware
+from server.middleware.http_metrics import HttpMetricsMiddleware
+from server.middleware.request_body import RequestBodyMiddleware
+from server.responses import ORJSONResponse
+from server.routes import embed, info, metrics, openai, tokenize
+from server.settings import ServerSettings
+from wde.engine.async_llm_engine import AsyncLLMEngine
+
+ROUTE_MODULES = (info, embed, tokenize, openai, metrics)
+
+
+def create_app(engine: AsyncLLMEngine, settings: ServerSettings | None = None) -> FastAPI:
+    """The app; its lifespan starts ``engine`` (if not started) and drains it on shutdown."""
+    # 1. shared state and metrics
+    settings = settings or ServerSettings()
+    settings.verify()
+    state = AppState(engine, settings)
+    engine.add_stats_listener(state.metrics)
+    app = FastAPI(
+        title="wde", version=wde.__version__, lifespan=_lifespan, default_response_class=ORJSONResponse
+    )
+    app.state.wde = state
+    # 2. routes and the error table
+    for module in ROUTE_MODULES:
+        app.include_router(module.router)
+    install_error_handlers(app, settings.retry_after_seconds)
+    # 3. middlewares: the last added is the outermost
+    app.add_middleware(RequestBodyMiddleware, payload_limit=settings.payload_limit)
+    app.add_middleware(AdmissionMiddleware, state=state)
+    app.add_middleware(ApiKeyMiddleware, api_key=settings.api_key)
+    app.add_middleware(HttpMetricsMiddleware, metrics=state.metrics, known_paths=lambda: _paths(app))
+    return app
+
+
+def _paths(app: FastAPI) -> set[str]:
+    return set(app.openapi()["paths"]) | {"/openapi.json", "/docs", "/redoc"}
+
+
+@asynccontextmanager
+async def _lifespan(app: FastAPI) -> AsyncIterator[None]:
+    state: AppState = app.state.wde
+    state.engine.start()  # loads on the engine thread: /health answers 503 until it is ready
+    yield
+    # The HTTP server has finished the in-flight requests by now; drain whatever the engine still holds.
+    state.begin_drain()
+    await anyio.to_thread.run_sync(state.engine.shutdown)

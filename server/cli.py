@@ -1,0 +1,195 @@
+"""The ``wde`` command: ``wde serve [MODEL] [flags]`` and ``wde bench [flags]``.
+
+Engine flags come from the ``EngineArgs`` fields, server flags from ``ServerSettings`` plus the HTTP
+listener's; every flag can also be set as ``WDE_<FLAG>`` (``WDE_MAX_NUM_BATCHED_TOKENS=4096``,
+``WDE_API_KEY=...``); the command line wins. FastAPI and uvicorn are imported only by ``serve``, so
+``wde bench`` runs without the server extra.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+import types
+import typing
+from collections.abc import Callable, Sequence
+from dataclasses import MISSING, fields
+from typing import Any
+
+from server.settings import ServerSettings
+from wde.config import DEVICES, DTYPES, EXECUTORS, POOLING_METHODS, TASKS
+from wde.engine_args import EngineArgs
+
+ENV_PREFIX = "WDE_"
+
+ENGINE_HELP = {
+    "model": "local HF-layout model directory (default: the bundled sentence-transformers/all-MiniLM-L6-v2)",
+    "tokenizer": "tokenizer directory (default: the model's)",
+    "served_model_name": "the name /v1/models and /info report, and /v1/embeddings accepts",
+    "task": "embed or score (default: the model's first task)",
+    "dtype": "auto = float32 on CPU, float16 on CUDA",
+    "device": "cpu or cuda (auto: cuda when available)",
+    "max_model_len": "longest input in tokens (default: the model's)",
+    "max_num_batched_tokens": "tokens in one forward pass (default: 2048 CPU / 16384 CUDA)",
+    "max_num_seqs": "sequences in one forward pass",
+    "attention_backend": "torch_sdpa, naive, flash_attn, xformers (auto: the platform's best available)",
+    "executor": "sync (inline) or async (forward on a worker thread); auto: the platform's choice",
+    "truncate": "cut over-long inputs to max_model_len unless a request says otherwise",
+    "pooling": "override the model's pooling method",
+    "normalize": "override the model's default L2 normalization",
+}
+ENGINE_CHOICES: dict[str, Sequence[str]] = {
+    "task": TASKS,
+    "dtype": DTYPES,
+    "device": DEVICES,
+    "executor": ("auto", *EXECUTORS),
+    "pooling": POOLING_METHODS,
+}
+SERVER_HELP = {
+    "api_key": "require 'Authorization: Bearer <key>' (all routes but /health, /metrics); prefer WDE_API_KEY",
+    "payload_limit": "largest request body in bytes (413 above)",
+    "max_client_batch_size": "most inputs in one request (413 above)",
+    "max_concurrent_requests": "requests in flight; more are answered 429 at once",
+    "retry_after_seconds": "the Retry-After header of 429 / 503 answers",
+}
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    # 1. bench: everything after the word goes to the benchmark's own parser
+    if argv and argv[0] == "bench":
+        from wde.bench.offline import main as bench_main
+
+        bench_main(argv[1:])
+        return 0
+    # 2. serve
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.command != "serve":
+        parser.print_help()
+        return 2
+    return serve(args, parser)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="wde", description="prefill-only inference server (embeddings)")
+    commands = parser.add_subparsers(dest="command", metavar="{serve,bench}")
+    serve_parser = commands.add_parser(
+        "serve",
+        help="serve a model over HTTP (TEI- and OpenAI-compatible)",
+        description="Serve a model over HTTP. Every flag can be set as WDE_<FLAG> in the environment.",
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
+    commands.add_parser("bench", help="offline throughput vs sentence-transformers (wde bench --help)")
+    # 1. engine flags, from the EngineArgs fields
+    engine_group = serve_parser.add_argument_group("engine")
+    engine_group.add_argument("model", nargs="?", default=None, help=ENGINE_HELP["model"])
+    _add_dataclass_flags(engine_group, EngineArgs, ENGINE_HELP, ENGINE_CHOICES, skip={"model"})
+    # 2. server flags
+    server_group = serve_parser.add_argument_group("server")
+    server_group.add_argument("--host", default="127.0.0.1", help="address to listen on (0.0.0.0: all)")
+    server_group.add_argument("--port", type=int, default=8000)
+    server_group.add_argument(
+        "--graceful-timeout",
+        type=float,
+        default=30.0,
+        help="on SIGTERM, seconds to let in-flight requests finish before cancelling them",
+    )
+    server_group.add_argument(
+        "--log-level", default="info", choices=["critical", "error", "warning", "info", "debug"]
+    )
+    _add_dataclass_flags(server_group, ServerSettings, SERVER_HELP, {}, skip=set())
+    # 3. WDE_<FLAG> environment variables become the defaults
+    _apply_environment(serve_parser)
+    return parser
+
+
+def serve(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
+    # 1. settings, checked before anything loads
+    engine_args = EngineArgs(**{name: getattr(args, name) for name in EngineArgs.field_names()})
+    settings = ServerSettings(**{name: getattr(args, name) for name in ServerSettings.field_names()})
+    logging.basicConfig(
+        level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+    try:
+        settings.verify()
+        engine_args.create_engine_config()
+    except (ValueError, TypeError, FileNotFoundError) as e:
+        parser.error(str(e))
+    # 2. the HTTP server (FastAPI and uvicorn imported only now)
+    try:
+        from server.draining_server import serve as serve_http
+    except ImportError as e:
+        parser.error(f"{e}; the server needs its extra: pip install 'wde[server]'")
+    return serve_http(engine_args, settings, args.host, args.port, args.graceful_timeout, args.log_level)
+
+
+def _add_dataclass_flags(
+    group: Any,
+    cls: type,
+    helps: dict[str, str],
+    choices: dict[str, Sequence[str]],
+    skip: set[str],
+) -> None:
+    hints = typing.get_type_hints(cls)
+    for field in fields(cls):
+        if field.name in skip:
+            continue
+        flag = "--" + field.name.replace("_", "-")
+        default = None if field.default is MISSING else field.default
+        value_type = _value_type(hints[field.name])
+        if value_type is bool:
+            group.add_argument(
+                flag, action=argparse.BooleanOptionalAction, default=default, help=helps.get(field.name)
+            )
+        else:
+            group.add_argument(
+                flag,
+                type=value_type,
+                default=default,
+                choices=choices.get(field.name),
+                help=helps.get(field.name),
+            )
+
+
+def _value_type(hint: Any) -> Callable[[str], Any]:
+    """``int | None`` -> int; ``bool`` -> bool; anything else parses as str."""
+    if typing.get_origin(hint) in (typing.Union, types.UnionType):
+        options = [arg for arg in typing.get_args(hint) if arg is not type(None)]
+        hint = options[0] if len(options) == 1 else str
+    return hint if hint in (bool, int, float) else str
+
+
+def _apply_environment(parser: argparse.ArgumentParser) -> None:
+    for action in parser._actions:
+        if action.dest in ("help", argparse.SUPPRESS):
+            continue
+        name = ENV_PREFIX + action.dest.upper()
+        action.help = f"{action.help or ''} [env: {name}]".strip()
+        raw = os.environ.get(name)
+        if raw is None:
+            continue
+        try:
+            value = _parse_env(action, raw)
+        except ValueError as e:
+            parser.error(f"{name}={raw!r}: {e}")
+        if action.choices is not None and value not in action.choices:
+            parser.error(f"{name}={raw!r}: choose from {', '.join(map(str, action.choices))}")
+        action.default = value
+
+
+def _parse_env(action: argparse.Action, raw: str) -> Any:
+    if isinstance(action, argparse.BooleanOptionalAction):
+        lowered = raw.strip().lower()
+        if lowered in ("1", "true", "yes", "on"):
+            return True
+        if lowered in ("0", "false", "no", "off"):
+            return False
+        raise ValueError("expected true/false, 1/0, yes/no or on/off")
+    return action.type(raw) if callable(action.type) else raw
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,110 @@
+"""``DrainingServer``: uvicorn, draining on SIGTERM / SIGINT; ``serve()`` runs the app with it.
+
+On a signal: new requests get 503 (``AppState.draining``), uvicorn stops accepting connections and waits
+for in-flight requests (up to --graceful-timeout), then the app's lifespan drains and stops the engine,
+and the process exits 0.
+"""
+
+from __future__ import annotations
+
+import logging
+import signal
+import threading
+from types import FrameType
+
+import uvicorn
+
+from server.app import create_app
+from server.app_state import AppState
+from server.settings import ServerSettings
+from wde.engine.async_llm_engine import AsyncLLMEngine
+from wde.engine_args import EngineArgs
+
+logger = logging.getLogger("wde.server")
+
+
+class DrainingServer(uvicorn.Server):
+    def __init__(self, config: uvicorn.Config, state: AppState) -> None:
+        super().__init__(config)
+        self.state = state
+
+    def handle_exit(self, sig: int, frame: FrameType | None) -> None:
+        self.state.begin_drain()
+        super().handle_exit(sig, frame)
+
+
+def serve(
+    engine_args: EngineArgs,
+    settings: ServerSettings,
+    host: str,
+    port: int,
+    graceful_timeout: float,
+    log_level: str,
+) -> int:
+    """Serve until a signal (exit 0) or an engine that failed to load (exit 1)."""
+    # 1. the engine (loading on its thread from now on) and the app
+    engine = AsyncLLMEngine(engine_args)
+    app = create_app(engine, settings)
+    config = uvicorn.Config(
+        app,
+        host=host,
+        port=port,
+        log_level=log_level,
+        timeout_graceful_shutdown=graceful_timeout,
+        access_log=log_level == "debug",
+    )
+    server = DrainingServer(config, app.state.wde)
+    engine.start()
+    # 2. log the engine's choices once it is up; stop the server if it cannot load
+    load_failed = threading.Event()
+    threading.Thread(
+        target=_report_engine, args=(engine, settings, server, load_failed), name="wde-load", daemon=True
+    ).start()
+    # 3. uvicorn, with signals drained gracefully
+    _exit_zero_on_signal()
+    server.run()
+    return 1 if load_failed.is_set() else 0
+
+
+def _report_engine(
+    engine: AsyncLLMEngine, settings: ServerSettings, server: DrainingServer, load_failed: threading.Event
+) -> None:
+    try:
+        engine.wait_until_ready()
+    except Exception as e:
+        logger.error("the engine failed to load, stopping the server: %s", e)
+        load_failed.set()
+        server.should_exit = True
+        return
+    engine_config = engine.info.engine_config
+    model_config = engine_config.model_config
+    scheduler_config = engine_config.scheduler_config
+    logger.info(
+        "serving %s: task=%s attention_backend=%s dtype=%s device=%s executor=%s max_model_len=%d "
+        "max_num_batched_tokens=%d max_num_seqs=%d | payload_limit=%d max_client_batch_size=%d "
+        "max_concurrent_requests=%d api_key=%s",
+        model_config.served_model_name,
+        model_config.task,
+        engine.info.attention_backend,
+        model_config.dtype,
+        engine_config.device_config.device,
+        engine_config.device_config.executor,
+        model_config.max_model_len,
+        scheduler_config.max_num_batched_tokens,
+        scheduler_config.max_num_seqs,
+        settings.payload_limit,
+        settings.max_client_batch_size,
+        settings.max_concurrent_requests,
+        "on" if settings.api_key else "off",
+    )
+
+
+def _exit_zero_on_signal() -> None:
+    """uvicorn re-raises the signal it drained on, to the handler it found installed; make that handler
+    end the process with status 0 (the drain was graceful). A signal before uvicorn starts exits 0 too."""
+
+    def exit_zero(sig: int, frame: FrameType | None) -> None:
+        raise SystemExit(0)
+
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, exit_zero)

@@ -1,0 +1,179 @@
+"""The one table from exceptions to HTTP answers, and the two error body shapes.
+
+TEI routes answer ``{"error": "...", "error_type": "..."}``; ``/v1/*`` routes answer OpenAI's
+``{"error": {"message", "type", "param", "code"}}``. Route handlers raise; the handlers registered in
+``install_error_handlers`` (and the middlewares, through ``error_response``) render.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from starlette.exceptions import HTTPException
+
+from server.responses import ORJSONResponse
+from wde.engine.async_llm_engine import RequestFailedError, TaskNotSupportedError
+from wde.engine.engine_thread import EngineUnavailableError
+from wde.engine.request_processor import InputTooLongError
+
+logger = logging.getLogger(__name__)
+
+
+class PayloadTooLargeError(Exception):
+    """The request body is larger than --payload-limit."""
+
+
+class TooManyInputsError(Exception):
+    """More inputs in one request than --max-client-batch-size."""
+
+
+class OverloadedError(Exception):
+    """--max-concurrent-requests requests are in flight already."""
+
+
+class ServerDrainingError(Exception):
+    """The server is shutting down and takes no new requests."""
+
+
+class UnauthorizedError(Exception):
+    """Missing or wrong API key."""
+
+
+class ModelNotFoundError(Exception):
+    """The request names a model this server does not serve."""
+
+
+@dataclass(frozen=True)
+class ErrorKind:
+    status: int
+    tei_type: str  # TEI's error_type
+    openai_type: str  # OpenAI's error.type
+    openai_code: str | None = None
+
+
+VALIDATION = ErrorKind(422, "Validation", "invalid_request_error")
+SERVER_ERROR = ErrorKind(500, "Backend", "server_error")
+
+ERROR_TABLE: dict[type[BaseException], ErrorKind] = {
+    RequestValidationError: VALIDATION,
+    InputTooLongError: ErrorKind(400, "Validation", "invalid_request_error", "context_length_exceeded"),
+    TaskNotSupportedError: ErrorKind(400, "Validation", "invalid_request_error", "unsupported_task"),
+    ValueError: VALIDATION,
+    TypeError: VALIDATION,
+    UnauthorizedError: ErrorKind(401, "Unauthorized", "invalid_request_error", "invalid_api_key"),
+    ModelNotFoundError: ErrorKind(404, "Validation", "invalid_request_error", "model_not_found"),
+    PayloadTooLargeError: ErrorKind(413, "Validation", "invalid_request_error", "payload_too_large"),
+    TooManyInputsError: ErrorKind(413, "Validation", "invalid_request_error", "too_many_inputs"),
+    OverloadedError: ErrorKind(429, "Overloaded", "rate_limit_error", "rate_limit_exceeded"),
+    ServerDrainingError: ErrorKind(503, "Unhealthy", "server_error", "shutting_down"),
+    EngineUnavailableError: ErrorKind(503, "Unhealthy", "server_error", "unavailable"),
+    RequestFailedError: SERVER_ERROR,
+    Exception: SERVER_ERROR,
+}
+
+# Fields the engine names at the start of its error messages ("inputs[3]: ...", "dimensions (999) ...").
+_ENGINE_FIELD = re.compile(r"^(inputs|dimensions|prompt_name|truncate|normalize)\b")
+
+
+def error_kind(error: BaseException) -> ErrorKind:
+    if isinstance(error, HTTPException):  # routing: 404 unknown path, 405 wrong method
+        tei_type = "Validation" if error.status_code < 500 else "Backend"
+        openai_type = "invalid_request_error" if error.status_code < 500 else "server_error"
+        return ErrorKind(error.status_code, tei_type, openai_type)
+    for cls in type(error).__mro__:
+        if cls in ERROR_TABLE:
+            return ERROR_TABLE[cls]
+    return SERVER_ERROR
+
+
+def is_openai_path(path: str) -> bool:
+    return path.startswith("/v1/")
+
+
+def error_response(
+    error: BaseException, path: str, retry_after_seconds: int = 1, close: bool = False
+) -> ORJSONResponse:
+    """The answer to ``error`` on ``path``, in that route family's error shape."""
+    kind = error_kind(error)
+    message, param = _describe(error, kind)
+    if is_openai_path(path):
+        if param == "inputs":
+            param, message = "input", message.replace("inputs[", "input[").replace("inputs:", "input:")
+        body: dict[str, Any] = {
+            "error": {"message": message, "type": kind.openai_type, "param": param, "code": kind.openai_code}
+        }
+    else:
+        body = {"error": message, "error_type": kind.tei_type}
+    headers = dict(getattr(error, "headers", None) or {})
+    if kind.status in (429, 503):
+        headers["Retry-After"] = str(retry_after_seconds)
+    if kind.status == 401:
+        headers["WWW-Authenticate"] = "Bearer"
+    if close:
+        headers["Connection"] = "close"
+    return ORJSONResponse(body, status_code=kind.status, headers=headers)
+
+
+def _describe(error: BaseException, kind: ErrorKind) -> tuple[str, str | None]:
+    """(message, the request field it is about)."""
+    if isinstance(error, RequestValidationError):
+        return _validation_message(error)
+    if isinstance(error, HTTPException):
+        return str(error.detail), None
+    if kind is SERVER_ERROR and not isinstance(error, RequestFailedError):
+        return "internal server error; the server log has the details", None
+    message = str(error) or type(error).__name__
+    match = _ENGINE_FIELD.match(message)
+    return message, match.group(1) if match else None
+
+
+def _validation_message(error: RequestValidationError) -> tuple[str, str | None]:
+    parts: list[str] = []
+    params: list[str] = []
+    for item in error.errors():
+        location = _location(item.get("loc", ()))
+        kind = item.get("type")
+        message = str(item.get("msg", "is invalid")).removeprefix("Value error, ")
+        if kind == "json_invalid":
+            reason = (item.get("ctx") or {}).get("error", "")
+            location, message = "", f"the body is not valid JSON ({reason}); send a JSON object"
+        elif kind == "extra_forbidden":
+            message = "is not a field of this request; remove it"
+        elif kind == "missing" and not location:
+            message = "the request body is missing; send a JSON object"
+        elif not location:  # the body parsed, but is not an object (or was not sent as JSON)
+            message = f"the body must be a JSON object sent as Content-Type: application/json ({message})"
+        parts.append(f"{location}: {message}" if location else message)
+        if location:
+            params.append(location)
+    return "; ".join(parts) or "invalid request", params[0] if params else None
+
+
+def _location(loc: Any) -> str:
+    """('body', 'inputs', 3) -> 'inputs[3]'."""
+    text = ""
+    for part in loc:
+        if part == "body" and not text:
+            continue
+        if isinstance(part, int):
+            text += f"[{part}]"
+        else:
+            text += f".{part}" if text else str(part)
+    return text
+
+
+def install_error_handlers(app: FastAPI, retry_after_seconds: int) -> None:
+    async def handle(request: Request, error: Exception) -> ORJSONResponse:
+        response = error_response(error, request.url.path, retry_after_seconds)
+        if response.status_code == 500:
+            logger.error("%s %s -> 500: %r", request.method, request.url.path, error)
+        return response
+
+    # Exception itself goes to Starlette's ServerErrorMiddleware: rendered here, then re-raised and logged.
+    for cls in (HTTPException, *ERROR_TABLE):
+        app.add_exception_handler(cls, handle)

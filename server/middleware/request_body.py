@@ -1,0 +1,97 @@
+"""Reads the request body within --payload-limit (413 otherwise, judged by Content-Length and by the bytes
+that actually arrive), then runs the handler and cancels it if the client disconnects meanwhile, so
+its engine requests are aborted instead of computed for nobody."""
+
+from __future__ import annotations
+
+import anyio
+from starlette.datastructures import Headers
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from server.errors import PayloadTooLargeError, error_response
+
+
+class RequestBodyMiddleware:
+    def __init__(self, app: ASGIApp, payload_limit: int) -> None:
+        self.app = app
+        self.payload_limit = payload_limit
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        # 1. the declared size: refuse before reading anything
+        if _content_length(scope) > self.payload_limit:
+            await self._too_large(scope, receive, send)
+            return
+        # 2. the actual size
+        try:
+            body = await self._read_body(receive)
+        except PayloadTooLargeError:
+            await self._too_large(scope, receive, send)
+            return
+        if body is None:
+            return  # the client left before sending its body
+        # 3. the handler, cancelled when the client goes away
+        await self._run_until_disconnect(scope, receive, send, body)
+
+    async def _read_body(self, receive: Receive) -> bytes | None:
+        chunks: list[bytes] = []
+        size = 0
+        while True:
+            message = await receive()
+            if message["type"] == "http.disconnect":
+                return None
+            chunk = message.get("body", b"")
+            size += len(chunk)
+            if size > self.payload_limit:
+                raise PayloadTooLargeError
+            chunks.append(chunk)
+            if not message.get("more_body", False):
+                return b"".join(chunks)
+
+    async def _run_until_disconnect(self, scope: Scope, receive: Receive, send: Send, body: bytes) -> None:
+        disconnected = anyio.Event()
+        response_complete = False
+        body_sent = False
+
+        async def replay_body() -> Message:
+            nonlocal body_sent
+            if not body_sent:
+                body_sent = True
+                return {"type": "http.request", "body": body, "more_body": False}
+            await disconnected.wait()
+            return {"type": "http.disconnect"}
+
+        async def send_and_track(message: Message) -> None:
+            nonlocal response_complete
+            await send(message)
+            if message["type"] == "http.response.body" and not message.get("more_body", False):
+                response_complete = True
+
+        async with anyio.create_task_group() as task_group:
+
+            async def watch_disconnect() -> None:
+                while (await receive())["type"] != "http.disconnect":
+                    pass
+                disconnected.set()
+                if not response_complete:
+                    task_group.cancel_scope.cancel()
+
+            task_group.start_soon(watch_disconnect)
+            await self.app(scope, replay_body, send_and_track)
+            task_group.cancel_scope.cancel()
+
+    async def _too_large(self, scope: Scope, receive: Receive, send: Send) -> None:
+        error = PayloadTooLargeError(
+            f"the request body is larger than --payload-limit ({self.payload_limit} bytes); "
+            "split the inputs over several requests"
+        )
+        await error_response(error, scope["path"], close=True)(scope, receive, send)
+
+
+def _content_length(scope: Scope) -> int:
+    try:
+        return int(Headers(scope=scope).get("content-length", "0"))
+    except ValueError:
+        return 0  # the HTTP server rejects malformed lengths itself

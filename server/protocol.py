@@ -1,0 +1,190 @@
+"""Request and response bodies of the HTTP API (pydantic v2), TEI- and OpenAI-compatible.
+
+Requests forbid unknown fields (a typo fails loudly with 422 instead of being ignored); fields that
+clients send and we do not use (OpenAI's ``user``) are declared explicitly. Responses are built as
+plain dicts / numpy arrays and serialized with orjson; the response models here document the shapes
+(OpenAPI) and are not used to validate what we send.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, PlainValidator, StrictBool, StrictInt, field_validator
+from pydantic_core import PydanticCustomError
+
+# What an ``inputs`` / ``input`` field accepts: one text, texts, one token-id list, or token-id lists.
+InputsSchema = str | list[str | list[int]] | list[int]
+
+
+def parse_inputs(value: Any) -> list[str | dict[str, list[int]]]:
+    """One engine prompt per input: a text stays a str, a token-id list becomes ``{"prompt_token_ids"}``.
+    The engine checks the ids themselves (ints, inside the vocabulary, length)."""
+    if isinstance(value, str):
+        return [value]
+    if not isinstance(value, list):
+        raise PydanticCustomError(
+            "inputs_type",
+            "expected a str, a list of str, or token ids (a list of int, or a list of lists of int); "
+            "got {type}",
+            {"type": type(value).__name__},
+        )
+    if not value:
+        raise PydanticCustomError("inputs_empty", "is an empty list; pass at least one input")
+    if all(isinstance(item, int) and not isinstance(item, bool) for item in value):
+        return [{"prompt_token_ids": value}]
+    prompts: list[str | dict[str, list[int]]] = []
+    for index, item in enumerate(value):
+        if isinstance(item, str):
+            prompts.append(item)
+        elif isinstance(item, list):
+            prompts.append({"prompt_token_ids": item})
+        else:
+            raise PydanticCustomError(
+                "inputs_item_type",
+                "item {index} is {type}; each input is a str or a list of int token ids",
+                {"index": index, "type": "null" if item is None else type(item).__name__},
+            )
+    return prompts
+
+
+Inputs = Annotated[list[Any], PlainValidator(parse_inputs, json_schema_input_type=InputsSchema)]
+Dimensions = Annotated[StrictInt, Field(ge=1, description="keep the first N dimensions (Matryoshka)")]
+
+
+class RequestModel(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+# ---- TEI ----------------------------------------------------------------------------------------------
+class EmbedRequest(RequestModel):
+    inputs: Inputs
+    normalize: StrictBool = True
+    truncate: StrictBool | None = Field(None, description="null: the server's --truncate default")
+    truncation_direction: Literal["right", "Right", "left", "Left"] = "right"
+    prompt_name: str | None = None
+    dimensions: Dimensions | None = None
+
+    @field_validator("truncation_direction")
+    @classmethod
+    def _only_right(cls, value: str) -> str:
+        if value.lower() != "right":
+            raise ValueError(
+                "only 'right' truncation is supported (the end of an over-long input is cut); "
+                "shorten the input yourself to keep its end, or omit truncation_direction"
+            )
+        return "right"
+
+
+class TokenizeRequest(RequestModel):
+    inputs: Annotated[list[Any], PlainValidator(parse_inputs, json_schema_input_type=str | list[str])]
+    add_special_tokens: StrictBool = True
+    prompt_name: str | None = None
+
+    @field_validator("inputs")
+    @classmethod
+    def _texts_only(cls, value: list[Any]) -> list[Any]:
+        for index, item in enumerate(value):
+            if not isinstance(item, str):
+                raise ValueError(f"item {index} is a list of token ids; /tokenize takes texts")
+        return value
+
+
+class SimpleToken(BaseModel):
+    id: int
+    text: str
+    special: bool
+    start: int | None  # character offsets into the input (with the prompt prepended); null for specials
+    stop: int | None
+
+
+class EmbeddingModelType(BaseModel):
+    pooling: str
+
+
+class RerankerModelType(BaseModel):
+    id2label: dict[str, str]
+
+
+class ModelType(BaseModel):
+    embedding: EmbeddingModelType | None = None
+    reranker: RerankerModelType | None = None
+
+
+class InfoResponse(BaseModel):
+    model_id: str
+    model_sha: str | None = None
+    model_dtype: str
+    model_type: ModelType
+    max_concurrent_requests: int
+    max_input_length: int
+    max_batch_tokens: int
+    max_batch_requests: int
+    max_client_batch_size: int
+    auto_truncate: bool
+    tokenization_workers: int | None = None
+    version: str
+    sha: str | None = None
+    docker_label: str | None = None
+    attention_backend: str
+    device: str
+    executor: str
+
+
+class HealthResponse(BaseModel):
+    status: Literal["ready"]
+
+
+class TEIErrorResponse(BaseModel):
+    error: str
+    error_type: str
+
+
+# ---- OpenAI -------------------------------------------------------------------------------------------
+class EmbeddingRequest(RequestModel):
+    input: Inputs
+    model: str | None = None
+    encoding_format: Literal["float", "base64"] = "float"
+    dimensions: Dimensions | None = None
+    user: str | None = None  # accepted and ignored, as OpenAI clients send it
+
+
+class EmbeddingData(BaseModel):
+    object: Literal["embedding"] = "embedding"
+    index: int
+    embedding: list[float] | str  # str: base64 of little-endian float32
+
+
+class Usage(BaseModel):
+    prompt_tokens: int
+    total_tokens: int
+
+
+class EmbeddingResponse(BaseModel):
+    object: Literal["list"] = "list"
+    data: list[EmbeddingData]
+    model: str
+    usage: Usage
+
+
+class ModelCard(BaseModel):
+    id: str
+    object: Literal["model"] = "model"
+    created: int
+    owned_by: str = "wde"
+
+
+class ModelList(BaseModel):
+    object: Literal["list"] = "list"
+    data: list[ModelCard]
+
+
+class OpenAIError(BaseModel):
+    message: str
+    type: str
+    param: str | None
+    code: str | None
+
+
+class OpenAIErrorResponse(BaseModel):
+    error: OpenAIError

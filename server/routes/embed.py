@@ -1,0 +1,29 @@
+"""TEI ``POST /embed``: ``{"inputs": ...}`` -> ``[[float, ...], ...]``, one vector per input."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter, Request
+
+from server.app_state import get_state
+from server.protocol import EmbedRequest
+from server.responses import ORJSONResponse
+from wde.inputs import PoolingParams
+
+router = APIRouter(tags=["TEI"])
+
+
+@router.post("/embed", response_model=list[list[float]], response_class=ORJSONResponse)
+async def embed(body: EmbedRequest, request: Request) -> ORJSONResponse:
+    state = get_state(request)
+    # 1. limits
+    state.check_num_inputs(len(body.inputs), "inputs")
+    # 2. the engine (bad input raises: 422 / 400)
+    params = PoolingParams(
+        normalize=body.normalize,
+        dimensions=body.dimensions,
+        truncate=body.truncate,
+        prompt_name=body.prompt_name,
+    )
+    outputs = await state.engine.encode(body.inputs, params)
+    # 3. float32 vectors straight to orjson
+    return ORJSONResponse([output.embedding for output in outputs])

@@ -1,0 +1,62 @@
+"""TEI ``GET /info`` (model and limits) and ``GET /health`` (200 when ready, 503 loading / shutting down)."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter, Request
+
+import wde
+from server.app_state import AppState, get_state
+from server.errors import ServerDrainingError
+from server.protocol import HealthResponse, InfoResponse
+from server.responses import ORJSONResponse
+from wde.engine.engine_thread import EngineUnavailableError
+
+router = APIRouter(tags=["TEI"])
+
+
+@router.get("/health", response_model=HealthResponse, response_class=ORJSONResponse)
+async def health(request: Request) -> ORJSONResponse:
+    state = get_state(request)
+    if state.draining:
+        raise ServerDrainingError("the server is shutting down")
+    if not state.engine.is_ready:
+        raise EngineUnavailableError(f"the engine is {state.engine.state.value}")
+    return ORJSONResponse({"status": "ready"})
+
+
+@router.get("/info", response_model=InfoResponse, response_class=ORJSONResponse)
+async def info(request: Request) -> ORJSONResponse:
+    return ORJSONResponse(describe(get_state(request)))
+
+
+def describe(state: AppState) -> dict:
+    engine_info = state.engine.info
+    engine_config = engine_info.engine_config
+    model_config = engine_config.model_config
+    scheduler_config = engine_config.scheduler_config
+    return {
+        "model_id": state.served_model_name,
+        "model_sha": None,
+        "model_dtype": model_config.dtype,
+        "model_type": _model_type(model_config),
+        "max_concurrent_requests": state.settings.max_concurrent_requests,
+        "max_input_length": model_config.max_model_len,
+        "max_batch_tokens": scheduler_config.max_num_batched_tokens,
+        "max_batch_requests": scheduler_config.max_num_seqs,
+        "max_client_batch_size": state.settings.max_client_batch_size,
+        "auto_truncate": model_config.truncate,
+        "tokenization_workers": None,
+        "version": wde.__version__,
+        "sha": None,
+        "docker_label": None,
+        "attention_backend": engine_info.attention_backend,
+        "device": engine_config.device_config.device,
+        "executor": engine_config.device_config.executor,
+    }
+
+
+def _model_type(model_config) -> dict:
+    if model_config.task == "score":
+        id2label = model_config.hf_config.get("id2label") or {"0": "LABEL_0"}
+        return {"reranker": {"id2label": {str(key): str(value) for key, value in id2label.items()}}}
+    return {"embedding": {"pooling": model_config.pooling.method}}

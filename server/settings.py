@@ -1,0 +1,34 @@
+"""``ServerSettings``: the HTTP server's own limits (engine knobs live in ``wde.EngineArgs``)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+
+# Defaults: TEI's payload limit (2 MB) and max concurrent requests (512). TEI caps a client batch at 32
+# inputs; we allow 512 so OpenAI-style clients that send a few hundred texts per call keep working.
+DEFAULT_PAYLOAD_LIMIT = 2_000_000
+DEFAULT_MAX_CLIENT_BATCH_SIZE = 512
+DEFAULT_MAX_CONCURRENT_REQUESTS = 512
+
+
+@dataclass
+class ServerSettings:
+    api_key: str | None = None  # when set, every route but /health and /metrics needs "Bearer <key>"
+    payload_limit: int = DEFAULT_PAYLOAD_LIMIT  # bytes of one request body
+    max_client_batch_size: int = DEFAULT_MAX_CLIENT_BATCH_SIZE  # inputs in one request
+    max_concurrent_requests: int = DEFAULT_MAX_CONCURRENT_REQUESTS  # in flight; more get 429 at once
+    retry_after_seconds: int = 1  # the Retry-After of 429 / 503 answers
+
+    @classmethod
+    def field_names(cls) -> list[str]:
+        return [f.name for f in fields(cls)]
+
+    def verify(self) -> None:
+        for name in ("payload_limit", "max_client_batch_size", "max_concurrent_requests"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"{name} must be a positive int, got {value!r}")
+        if self.retry_after_seconds < 0:
+            raise ValueError(f"retry_after_seconds must be >= 0, got {self.retry_after_seconds}")
+        if self.api_key is not None and not self.api_key:
+            raise ValueError("api_key is empty; pass a non-empty key or leave it unset")

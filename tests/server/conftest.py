@@ -1,0 +1,69 @@
+"""Server test fixtures: ONE AsyncLLMEngine with the bundled model for the session, apps over it."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from typing import Any
+
+import httpx
+import numpy as np
+import pytest
+
+from server.app import create_app
+from server.app_state import AppState
+from server.settings import ServerSettings
+from wde import EngineArgs
+from wde.engine.async_llm_engine import AsyncLLMEngine
+
+TEXTS = ["hello world", "Debian package descriptions are short", "a", "x " * 600]
+LONG_TEXT = "word " * 300  # 256 tokens after truncation: a full-length input
+TOLERANCE = 1e-5
+
+
+@pytest.fixture(scope="session")
+def async_engine() -> AsyncLLMEngine:
+    engine = AsyncLLMEngine(EngineArgs())
+    engine.start()
+    engine.wait_until_ready(timeout=120)
+    yield engine
+    engine.shutdown(timeout=60)
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+@asynccontextmanager
+async def asgi_client(
+    engine: AsyncLLMEngine, **settings: Any
+) -> AsyncIterator[tuple[httpx.AsyncClient, AppState]]:
+    """An httpx client on a fresh app over ``engine`` (no lifespan: the engine is the caller's)."""
+    app = create_app(engine, ServerSettings(**settings))
+    state: AppState = app.state.wde
+    transport = httpx.ASGITransport(app=app)
+    try:
+        async with httpx.AsyncClient(transport=transport, base_url="http://wde.test", timeout=60) as client:
+            yield client, state
+    finally:
+        engine.remove_stats_listener(state.metrics)
+
+
+async def wait_for(condition: Callable[[], bool], timeout: float = 30.0, what: str = "condition") -> None:
+    """Poll ``condition`` on the event loop (tests only; bounded)."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while not condition():
+        if loop.time() > deadline:
+            raise AssertionError(f"timed out after {timeout} s waiting for {what}")
+        await asyncio.sleep(0.01)
+
+
+def max_abs_diff(got: Any, expected: np.ndarray) -> float:
+    return float(np.abs(np.asarray(got, dtype=np.float32) - expected).max())
+
+
+def reference(llm: Any, texts: list[Any], **kwargs: Any) -> np.ndarray:
+    return np.stack([output.embedding for output in llm.encode(texts, **kwargs)])
