@@ -1,0 +1,163 @@
+"""The ``wde`` command: flags from EngineArgs / ServerSettings, WDE_* environment, bench forwarding, and a
+real ``wde serve`` process that drains in-flight requests on SIGTERM and exits 0."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import httpx
+import numpy as np
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from server import cli
+from server.settings import ServerSettings
+from tests.server.conftest import LONG_TEXT
+from wde import EngineArgs
+
+REPO = Path(__file__).resolve().parents[2]
+TIMEOUT = 90.0
+
+
+def parse(*argv: str):
+    return cli.build_parser().parse_args(["serve", *argv])
+
+
+def test_every_engine_and_server_field_is_a_flag() -> None:
+    args = parse()
+    for name in EngineArgs.field_names() + ServerSettings.field_names():
+        assert hasattr(args, name), name
+    assert args.model is None and args.host == "127.0.0.1" and args.port == 8000
+    assert args.payload_limit == 2_000_000 and args.max_concurrent_requests == 512
+    args = parse("/models/x", "--max-num-batched-tokens", "512", "--no-truncate", "--dtype", "bfloat16")
+    assert (args.model, args.max_num_batched_tokens, args.truncate, args.dtype) == (
+        "/models/x",
+        512,
+        False,
+        "bfloat16",
+    )
+
+
+def test_environment_sets_defaults_and_flags_win(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("WDE_MAX_NUM_BATCHED_TOKENS", "1024")
+    monkeypatch.setenv("WDE_TRUNCATE", "false")
+    monkeypatch.setenv("WDE_API_KEY", "k")
+    monkeypatch.setenv("WDE_MODEL", "/models/y")
+    monkeypatch.setenv("WDE_PORT", "9000")
+    args = parse()
+    assert (args.max_num_batched_tokens, args.truncate, args.api_key, args.model, args.port) == (
+        1024,
+        False,
+        "k",
+        "/models/y",
+        9000,
+    )
+    assert parse("--max-num-batched-tokens", "64", "--port", "1").max_num_batched_tokens == 64
+
+
+@pytest.mark.parametrize(
+    ("name", "value"), [("WDE_PORT", "eighty"), ("WDE_DTYPE", "int4"), ("WDE_TRUNCATE", "maybe")]
+)
+def test_bad_environment_values_exit_2_naming_the_variable(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], name: str, value: str
+) -> None:
+    monkeypatch.setenv(name, value)
+    with pytest.raises(SystemExit) as exited:
+        cli.build_parser()
+    assert exited.value.code == 2 and name in capsys.readouterr().err
+
+
+def test_serve_refuses_a_bad_model_before_loading(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    with pytest.raises(SystemExit) as exited:
+        cli.main(["serve", str(tmp_path / "missing")])
+    assert exited.value.code == 2 and "config.json" in capsys.readouterr().err
+
+
+def test_bench_forwards_its_arguments(monkeypatch: pytest.MonkeyPatch) -> None:
+    import wde.bench.offline
+
+    seen: list[list[str]] = []
+    monkeypatch.setattr(wde.bench.offline, "main", seen.append)
+    assert cli.main(["bench", "--limit", "5", "--repeats", "1"]) == 0
+    assert seen == [["--limit", "5", "--repeats", "1"]]
+
+
+def test_entry_point_and_lazy_server_imports() -> None:
+    assert 'wde = "server.cli:main"' in (REPO / "pyproject.toml").read_text(encoding="utf-8")
+    code = "import sys, server.cli; assert 'fastapi' not in sys.modules and 'uvicorn' not in sys.modules"
+    subprocess.run([sys.executable, "-c", code], cwd=REPO, check=True, timeout=TIMEOUT)
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def test_sigterm_drains_in_flight_requests_and_exits_0(tmp_path: Path) -> None:
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    log = (tmp_path / "serve.log").open("w")
+    process = subprocess.Popen(
+        [sys.executable, "-m", "server.cli", "serve", "--port", str(port), "--max-num-batched-tokens", "256"],
+        cwd=REPO,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        env={**os.environ, "WDE_LOG_LEVEL": "warning"},
+    )
+    try:
+        # 1. ready
+        deadline = time.monotonic() + TIMEOUT
+        while not _healthy(url):
+            assert process.poll() is None and time.monotonic() < deadline, (
+                tmp_path / "serve.log"
+            ).read_text()
+            time.sleep(0.1)
+        # 2. three requests of 8 full-length inputs: 24 forward passes of 256 tokens
+        results: list[tuple[int, float, int]] = []
+
+        def post() -> None:
+            response = httpx.post(f"{url}/embed", json={"inputs": [LONG_TEXT] * 8}, timeout=TIMEOUT)
+            results.append((response.status_code, time.monotonic(), np.asarray(response.json()).shape[0]))
+
+        clients = [threading.Thread(target=post) for _ in range(3)]
+        for client in clients:
+            client.start()
+        while _in_flight(url) < 3:
+            assert time.monotonic() < deadline, "the requests never arrived"
+            time.sleep(0.01)
+        # 3. SIGTERM while they run: they finish, the process exits 0
+        signal_time = time.monotonic()
+        process.send_signal(signal.SIGTERM)
+        for client in clients:
+            client.join(TIMEOUT)
+        assert process.wait(TIMEOUT) == 0, (tmp_path / "serve.log").read_text()
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait(TIMEOUT)
+        log.close()
+    assert [(status, rows) for status, _, rows in results] == [(200, 8)] * 3
+    assert max(finished for _, finished, _ in results) > signal_time  # some were still running at SIGTERM
+
+
+def _healthy(url: str) -> bool:
+    try:
+        return httpx.get(f"{url}/health", timeout=5).status_code == 200
+    except httpx.TransportError:
+        return False
+
+
+def _in_flight(url: str) -> float:
+    text = httpx.get(f"{url}/metrics", timeout=5).text
+    for family in text_string_to_metric_families(text):
+        if family.name == "wde_http_requests_in_flight":
+            return family.samples[0].value
+    raise AssertionError("no wde_http_requests_in_flight metric")
