@@ -42,3 +42,13 @@ clean: ## remove caches and build output (keeps .venv)
 	find . -name __pycache__ -not -path "./$(VENV)/*" -prune -exec rm -rf {} +
 
 .PHONY: help install test lint format bench serve clean
+
+IMAGE ?= wde
+
+docker-cpu: ## build the CPU server image (docker/Dockerfile.cpu) as IMAGE:cpu
+	docker build -f docker/Dockerfile.cpu -t $(IMAGE):cpu .
+
+docker-cuda: ## build the CUDA server image with flash-attn + xformers (docker/Dockerfile.cuda) as IMAGE:cuda
+	docker build -f docker/Dockerfile.cuda -t $(IMAGE):cuda .
+
+.PHONY: docker-cpu docker-cuda

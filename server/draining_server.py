@@ -76,6 +76,8 @@ def _report_engine(
         load_failed.set()
         server.should_exit = True
         return
+    if not engine.is_ready:  # stopped while loading
+        return
     engine_config = engine.info.engine_config
     model_config = engine_config.model_config
     scheduler_config = engine_config.scheduler_config

@@ -20,7 +20,7 @@ async def health(request: Request) -> ORJSONResponse:
     if state.draining:
         raise ServerDrainingError("the server is shutting down")
     if not state.engine.is_ready:
-        raise EngineUnavailableError(f"the engine is {state.engine.state.value}")
+        raise EngineUnavailableError(state.engine.unavailable_reason)
     return ORJSONResponse({"status": "ready"})
 
 

@@ -143,6 +143,7 @@ async def test_loading_engine_answers_503() -> None:
         openai = await client.post("/v1/embeddings", json={"input": "x"})
     assert health.status_code == embed.status_code == info.status_code == openai.status_code == 503
     assert embed.json()["error_type"] == "Unhealthy" and "loading" in embed.json()["error"]
+    assert "loading" in health.json()["error"]
     assert openai.json()["error"]["type"] == "server_error"
     engine.shutdown()
 
@@ -263,7 +264,7 @@ async def test_api_key(async_engine: AsyncLLMEngine) -> None:
 
 async def test_over_max_concurrent_requests_is_429_at_once(async_engine: AsyncLLMEngine) -> None:
     async with asgi_client(async_engine, max_concurrent_requests=1, retry_after_seconds=2) as (client, state):
-        slow = asyncio.create_task(client.post("/embed", json={"inputs": [LONG_TEXT] * 32}))
+        slow = asyncio.create_task(client.post("/embed", json={"inputs": [LONG_TEXT] * 8}))
         await wait_for(lambda: state.num_in_flight == 1, what="the first request admitted")
         rejected = await client.post("/embed", json={"inputs": "x"})
         rejected_openai = await client.post("/v1/embeddings", json={"input": "x"})

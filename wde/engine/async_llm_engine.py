@@ -73,6 +73,11 @@ class AsyncLLMEngine:
         return self._thread.state == EngineState.READY
 
     @property
+    def unavailable_reason(self) -> str:
+        """Why the engine takes no work now ("the model is still loading; ..."); empty when ready."""
+        return self._thread.unavailable_reason()
+
+    @property
     def info(self) -> EngineInfo:
         """The loaded engine's config, attention backend and a tokenizer copy; raises while loading."""
         info = self._thread.info

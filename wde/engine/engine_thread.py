@@ -165,8 +165,14 @@ class EngineThread:
     def add(self, call: Call) -> None:
         with self._lock:
             if self.state != EngineState.READY:
-                raise EngineUnavailableError(_unavailable_message(self.state, self.error))
+                raise EngineUnavailableError(self.unavailable_reason())
             self._commands.put(AddCommand(call))
+
+    def unavailable_reason(self) -> str:
+        """Why no work is taken now (for 503 answers); the empty string when ready."""
+        if self.state == EngineState.READY:
+            return ""
+        return _unavailable_message(self.state, self.error)
 
     def abort(self, request_ids: list[str]) -> None:
         """Never raises: aborting after the thread ended is a no-op."""
