@@ -50,7 +50,9 @@ class ServerMetrics:
         )
         unfinished.set_function(lambda: engine.num_unfinished)
         self.aborted = Counter(
-            "wde_engine_aborted_requests", "Requests aborted (client gone) before they ran", registry=registry
+            "wde_engine_aborted_requests",
+            "Requests aborted because their client went away",
+            registry=registry,
         )
         self.failed = Counter(
             "wde_engine_failed_requests", "Requests answered with an error", registry=registry

@@ -167,6 +167,8 @@ async def test_encode_before_start_is_unavailable() -> None:
         await engine.encode(["a"])
     engine.shutdown(TIMEOUT)
     assert engine.state == EngineState.STOPPED
+    with pytest.raises(EngineUnavailableError, match="stopped before"):
+        engine.wait_until_ready(TIMEOUT)
 
 
 # ---- the real engine: same numbers as LLM.encode ---------------------------------------------------

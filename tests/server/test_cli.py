@@ -95,6 +95,14 @@ def test_entry_point_and_lazy_server_imports() -> None:
     subprocess.run([sys.executable, "-c", code], cwd=REPO, check=True, timeout=TIMEOUT)
 
 
+def wde_command() -> list[str]:
+    """The installed ``wde`` script when it is this package's (``make install``), else the same module."""
+    script = Path(sys.executable).with_name("wde")
+    if script.is_file() and "server.cli" in script.read_text(encoding="utf-8", errors="replace"):
+        return [str(script)]
+    return [sys.executable, "-m", "server.cli"]
+
+
 def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
@@ -106,7 +114,7 @@ def test_sigterm_drains_in_flight_requests_and_exits_0(tmp_path: Path) -> None:
     url = f"http://127.0.0.1:{port}"
     log = (tmp_path / "serve.log").open("w")
     process = subprocess.Popen(
-        [sys.executable, "-m", "server.cli", "serve", "--port", str(port), "--max-num-batched-tokens", "256"],
+        [*wde_command(), "serve", "--port", str(port), "--max-num-batched-tokens", "256"],
         cwd=REPO,
         stdout=log,
         stderr=subprocess.STDOUT,

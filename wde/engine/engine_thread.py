@@ -161,6 +161,8 @@ class EngineThread:
             raise TimeoutError(f"the engine was not ready within {timeout} s (state: {self.state.value})")
         if self.state == EngineState.FAILED:
             raise EngineDeadError(f"the engine failed to start: {self.error}") from self.error
+        if self.info is None:
+            raise EngineUnavailableError("the engine was stopped before it finished loading")
 
     def add(self, call: Call) -> None:
         with self._lock:
@@ -183,6 +185,7 @@ class EngineThread:
         with self._lock:
             if self.state == EngineState.CREATED:
                 self.state = EngineState.STOPPED
+                self._ready.set()  # nothing will load: release anyone waiting
                 return
             if self.state in (EngineState.LOADING, EngineState.READY):
                 self.state = EngineState.DRAINING
@@ -236,9 +239,8 @@ class EngineThread:
             # 2. one step when there is work
             if engine.has_unfinished_requests():
                 outputs = engine.step()
-                self._publish_counts(
-                    engine
-                )  # before answering: a caller sees counts no older than its answer
+                # published before answering: a caller never sees counts older than its answer
+                self._publish_counts(engine)
                 self._deliver(outputs)
                 self._notify(engine.last_step_stats, outputs)
 
