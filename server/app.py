@@ -54,12 +54,9 @@ def create_app(engine: AsyncLLMEngine, settings: ServerSettings | None = None) -
     app.add_middleware(RequestBodyMiddleware, payload_limit=settings.payload_limit)
     app.add_middleware(AdmissionMiddleware, state=state)
     app.add_middleware(ApiKeyMiddleware, api_key=settings.api_key)
-    app.add_middleware(HttpMetricsMiddleware, metrics=state.metrics, known_paths=lambda: _paths(app))
+    known_paths = {route.path for module in ROUTE_MODULES for route in module.router.routes}
+    app.add_middleware(HttpMetricsMiddleware, metrics=state.metrics, known_paths=known_paths)
     return app
-
-
-def _paths(app: FastAPI) -> set[str]:
-    return set(app.openapi()["paths"]) | {"/openapi.json", "/docs", "/redoc"}
 
 
 @asynccontextmanager

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
@@ -14,7 +13,7 @@ UNMATCHED = "unmatched"  # any path that is no route: one label value, however m
 
 
 class HttpMetricsMiddleware:
-    def __init__(self, app: ASGIApp, metrics: ServerMetrics, known_paths: Callable[[], set[str]]) -> None:
+    def __init__(self, app: ASGIApp, metrics: ServerMetrics, known_paths: set[str]) -> None:
         self.app = app
         self.metrics = metrics
         self.known_paths = known_paths  # route templates, for answers given before routing (401, 413, 429)
@@ -46,4 +45,4 @@ class HttpMetricsMiddleware:
         route_path = getattr(scope.get("route"), "path", None)
         if isinstance(route_path, str):
             return route_path
-        return scope["path"] if scope["path"] in self.known_paths() else UNMATCHED
+        return scope["path"] if scope["path"] in self.known_paths else UNMATCHED

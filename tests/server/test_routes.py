@@ -257,7 +257,10 @@ async def test_api_key(async_engine: AsyncLLMEngine) -> None:
         )
         right = await client.post("/embed", json={"inputs": "x"}, headers={"authorization": "Bearer s3cret"})
         health = await client.get("/health")
+        metrics = (await client.get("/metrics")).text
     assert missing.status_code == 401 and missing.headers["www-authenticate"] == "Bearer"
+    # answered before routing, still counted under the route's template
+    assert 'wde_http_requests_total{method="POST",route="/embed",status="401"} 1.0' in metrics
     assert wrong.status_code == 401 and wrong.json()["error"]["code"] == "invalid_api_key"
     assert right.status_code == 200 and health.status_code == 200
 
