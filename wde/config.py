@@ -16,6 +16,7 @@ TASKS = ("auto", "embed", "score")
 POOLING_METHODS = ("cls", "mean", "max", "last")
 SCORE_ACTIVATIONS = ("sigmoid", "softmax", "tanh", "identity")
 PAIR_TRUNCATIONS = ("longest_first", "only_second")
+CUDA_GRAPH_MODES = ("none", "eager", "lazy", "idle")
 
 
 @dataclass
@@ -92,17 +93,19 @@ class ModelConfig:
 
 @dataclass
 class SchedulerConfig:
-    max_num_batched_tokens: int
+    # None until the model runner's profile run picks it ("auto"); see wde/worker/memory_budget.py.
+    max_num_batched_tokens: int | None
     max_num_seqs: int
     # How many queued requests the lazy RequestProcessor tokenizes in one batched call.
     max_num_lookahead: int = 0
+    budget_reason: str = "set explicitly"
 
     def __post_init__(self) -> None:
         if self.max_num_lookahead == 0:
             self.max_num_lookahead = self.max_num_seqs
 
     def verify(self) -> None:
-        if self.max_num_batched_tokens < 1:
+        if self.max_num_batched_tokens is not None and self.max_num_batched_tokens < 1:
             raise ValueError(f"max_num_batched_tokens ({self.max_num_batched_tokens}) must be >= 1")
         if self.max_num_seqs < 1:
             raise ValueError(f"max_num_seqs ({self.max_num_seqs}) must be >= 1")
@@ -115,8 +118,17 @@ class DeviceConfig:
     device: str
     attention_backend: str = "auto"
     executor: str = "sync"
+    # Share of device memory (host memory on CPU) that weights + activations may use with an "auto" budget.
+    # Encoders are small: the default leaves most of a GPU to other work.
+    gpu_memory_utilization: float = 0.3
+    cuda_graph_mode: str = "lazy"
+    cuda_graph_buckets: list[int] | None = None  # None: powers of two from 256 up to the token budget
 
     def verify(self) -> None:
+        if not 0 < self.gpu_memory_utilization <= 1:
+            raise ValueError(f"gpu_memory_utilization ({self.gpu_memory_utilization}) must be in (0, 1]")
+        if self.cuda_graph_mode not in CUDA_GRAPH_MODES:
+            raise ValueError(f"cuda_graph_mode {self.cuda_graph_mode!r} is not one of {CUDA_GRAPH_MODES}")
         if self.device not in DEVICES[1:]:
             raise ValueError(f"device {self.device!r} is not one of {DEVICES[1:]} (after resolving 'auto')")
         if self.executor not in EXECUTORS:

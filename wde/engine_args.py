@@ -41,10 +41,13 @@ class EngineArgs:
     dtype: str = "auto"
     device: str = "auto"
     max_model_len: int | None = None
-    max_num_batched_tokens: int | None = None
+    max_num_batched_tokens: int | str | None = None  # an int, "auto" (profiled), or None (platform's)
     max_num_seqs: int | None = None
     attention_backend: str = "auto"
     executor: str = "auto"  # sync | async | auto (the platform's choice)
+    gpu_memory_utilization: float = 0.3  # share of memory an "auto" token budget may fill
+    cuda_graph_mode: str = "lazy"  # none | eager | lazy | idle (CUDA only)
+    cuda_graph_buckets: list[int] | None = None  # padded token counts to capture (CUDA only)
     truncate: bool = True
     pooling: str | None = None  # override the model's pooling method: cls, mean, max, last
     normalize: bool | None = None  # override the model's default normalization
@@ -77,7 +80,7 @@ class EngineArgs:
         max_model_len = self.max_model_len or _default_max_model_len(
             hf_config, st_metadata.max_seq_length, model_path
         )
-        max_num_batched_tokens = self.max_num_batched_tokens or max(
+        max_num_batched_tokens = self._resolve_max_num_batched_tokens(
             platform.default_max_num_batched_tokens, max_model_len
         )
         pooling = st_metadata.pooling or PoolingConfig(method="cls", normalize=True)
@@ -106,15 +109,35 @@ class EngineArgs:
             scheduler_config=SchedulerConfig(
                 max_num_batched_tokens=max_num_batched_tokens,
                 max_num_seqs=self.max_num_seqs or DEFAULT_MAX_NUM_SEQS,
+                budget_reason="set explicitly"
+                if self.max_num_batched_tokens
+                else f"{platform.device_type} default",
             ),
             device_config=DeviceConfig(
                 device=platform.device_type,
                 attention_backend=self.attention_backend,
                 executor=platform.default_executor if self.executor == "auto" else self.executor,
+                gpu_memory_utilization=self.gpu_memory_utilization,
+                cuda_graph_mode=self.cuda_graph_mode,
+                cuda_graph_buckets=self.cuda_graph_buckets,
             ),
         )
         config.verify()
         return config
+
+    def _resolve_max_num_batched_tokens(self, platform_default: int | None, max_model_len: int) -> int | None:
+        """An int as given; "auto" -> None (the runner's profile run decides); unset -> the platform's default
+        (at least one max_model_len sequence)."""
+        value = self.max_num_batched_tokens
+        if value is None:
+            return None if platform_default is None else max(platform_default, max_model_len)
+        if value == "auto":
+            return None
+        if isinstance(value, str) and value.isdigit():
+            return int(value)
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise ValueError(f"max_num_batched_tokens must be a positive int or 'auto', got {value!r}")
+        return value
 
     def _resolve_model_path(self) -> str:
         if self.model is None:

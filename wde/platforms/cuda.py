@@ -14,7 +14,8 @@ class CudaPlatform(Platform):
     supported_dtypes = ("float32", "bfloat16", "float16")
     # Kernels run asynchronously: the host schedules and tokenizes batch N+1 while N runs.
     default_executor = "async"
-    default_max_num_batched_tokens = 16384
+    default_max_num_batched_tokens = None  # "auto": the profile run sizes it to the memory share
+    max_auto_num_batched_tokens = 65536
 
     def default_dtype(self, hf_config: dict[str, Any]) -> str:
         # Like vLLM: a float32 checkpoint runs in float16 on GPU; a bfloat16 one stays bfloat16.
@@ -24,6 +25,23 @@ class CudaPlatform(Platform):
         import torch
 
         return torch.cuda.mem_get_info()
+
+    def memory_in_use_bytes(self) -> int:
+        import torch
+
+        return torch.cuda.memory_allocated()
+
+    def reset_peak_memory(self) -> None:
+        import torch
+
+        torch.cuda.synchronize()
+        torch.cuda.reset_peak_memory_stats()
+
+    def peak_memory_bytes(self) -> int:
+        import torch
+
+        torch.cuda.synchronize()
+        return torch.cuda.max_memory_allocated()
 
     def model_runner_cls(self) -> type[ModelRunnerBase]:
         from wde.worker.gpu_model_runner import GPUModelRunner

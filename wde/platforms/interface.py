@@ -16,15 +16,30 @@ class Platform(ABC):
     supported_dtypes: ClassVar[tuple[str, ...]]
     # Defaults for knobs left at "auto" / None (see EngineArgs).
     default_executor: ClassVar[str]
-    default_max_num_batched_tokens: ClassVar[int]
+    default_max_num_batched_tokens: ClassVar[int | None]  # None: "auto" (profiled)
 
     @abstractmethod
     def default_dtype(self, hf_config: dict[str, Any]) -> str:
         """The dtype name that "auto" resolves to for this model on this device."""
 
+    # Cap on what max_num_batched_tokens="auto" may pick.
+    max_auto_num_batched_tokens: ClassVar[int]
+
     @abstractmethod
     def memory_info(self) -> tuple[int, int]:
         """(free_bytes, total_bytes) of the memory the model's activations live in."""
+
+    @abstractmethod
+    def memory_in_use_bytes(self) -> int:
+        """Memory this process holds now (device allocations, or resident set on CPU)."""
+
+    @abstractmethod
+    def reset_peak_memory(self) -> None:
+        """Start a new peak measurement."""
+
+    @abstractmethod
+    def peak_memory_bytes(self) -> int:
+        """Highest memory_in_use_bytes since reset_peak_memory."""
 
     @abstractmethod
     def model_runner_cls(self) -> type[ModelRunnerBase]:

@@ -13,15 +13,26 @@ logger = logging.getLogger(__name__)
 
 class CPUModelRunner(ModelRunnerBase):
     def _cache_device_properties(self) -> None:
+        isa = torch.backends.cpu.get_cpu_capability()
         self.device_properties = {
             "name": py_platform.processor() or py_platform.machine(),
             "num_cpus": os.cpu_count(),
             "num_threads": torch.get_num_threads(),
-            "isa": torch.backends.cpu.get_cpu_capability(),
+            "isa": isa,
         }
         logger.info("CPU: %s", self.device_properties)
+        if self.dtype == torch.bfloat16 and isa in ("DEFAULT", "AVX2"):
+            logger.warning(
+                "dtype bfloat16 on a CPU without AVX-512/AMX (torch reports %s): matmuls fall back to slow "
+                "emulation (~10x slower than float32 here); pass --dtype float32",
+                isa,
+            )
 
     def profile_run(self) -> None:
-        """On CPU a short warm-up is enough: it builds the oneDNN/MKL kernels before the first request."""
+        """With a fixed budget a short warm-up is enough on CPU (it builds the oneDNN/MKL kernels before the
+        first request); an "auto" budget runs the full measured profile."""
+        if self.engine_config.scheduler_config.max_num_batched_tokens is None:
+            super().profile_run()
+            return
         seq_len = min(self.model_config.max_model_len, 16)
         self.execute_model(self.prepare_inputs(self._dummy_requests(2, seq_len)))

@@ -5,7 +5,8 @@ import time
 
 import torch
 
-from wde.models.loader import load_model
+from wde.worker.cuda_graph_capturer import TorchCudaGraphCapturer
+from wde.worker.cuda_graphs import CudaGraphManager, graph_buckets
 from wde.worker.model_runner import ModelRunnerBase
 
 logger = logging.getLogger(__name__)
@@ -24,25 +25,31 @@ class GPUModelRunner(ModelRunnerBase):
         logger.info("GPU: %s", self.device_properties)
 
     def load_model(self) -> None:
-        torch.cuda.reset_peak_memory_stats(self.device)
-        before = torch.cuda.memory_allocated(self.device)
         start = time.perf_counter()
-        self.model = load_model(self.model_config, self.attn_backend, self.device, self.dtype)
+        super().load_model()
         torch.cuda.synchronize(self.device)
         logger.info(
-            "loaded %s on %s in %.2fs: %.1f MiB of weights in %s, attention backend %s",
-            self.model_config.architecture,
+            "weights on %s: %.1f MiB in %s, loaded in %.2fs",
             self.device_properties["name"],
-            time.perf_counter() - start,
-            (torch.cuda.memory_allocated(self.device) - before) / 2**20,
+            self.weight_bytes / 2**20,
             self.model_config.dtype,
-            self.attn_backend.name,
+            time.perf_counter() - start,
         )
 
-    def profile_run(self) -> None:
-        torch.cuda.reset_peak_memory_stats(self.device)
-        base = torch.cuda.memory_allocated(self.device)
-        super().profile_run()
-        torch.cuda.synchronize(self.device)
-        self.peak_activation_bytes = torch.cuda.max_memory_allocated(self.device) - base
-        logger.info("profile run: peak activation memory %.1f MiB", self.peak_activation_bytes / 2**20)
+    def capture_model(self) -> None:
+        device_config = self.engine_config.device_config
+        if device_config.cuda_graph_mode == "none":
+            return
+        if not self.attn_backend.supports_cuda_graphs:
+            logger.info(
+                "cuda graphs off: attention backend %s builds per-batch metadata on the host "
+                "(graphs need flash_attn); running eagerly",
+                self.attn_backend.name,
+            )
+            return
+        scheduler_config = self.engine_config.scheduler_config
+        buckets = graph_buckets(device_config.cuda_graph_buckets, scheduler_config.max_num_batched_tokens)
+        self.graph_capturer = TorchCudaGraphCapturer(self, buckets[-1], scheduler_config.max_num_seqs)
+        self.cuda_graphs = CudaGraphManager(buckets, device_config.cuda_graph_mode, self.graph_capturer)
+        with torch.inference_mode():
+            self.cuda_graphs.startup()

@@ -13,6 +13,15 @@ from wde.layers.attention.backend import AttentionBackend, AttentionMetadata
 from wde.layers.pooler.methods import PoolingMetadata
 
 
+def to_device(array: np.ndarray, device: torch.device) -> torch.Tensor:
+    """Host array -> device tensor; on CUDA through pinned memory (torch's caching host allocator) so the
+    copy is asynchronous."""
+    tensor = torch.from_numpy(array)
+    if device.type == "cpu":
+        return tensor
+    return tensor.pin_memory().to(device, non_blocking=True)
+
+
 @dataclass
 class InputBatch:
     request_ids: list[str]
@@ -42,7 +51,7 @@ class InputBatch:
         # 3. segment ids only where some request has a second segment
         token_type_ids = None
         if any(request.token_type_ids and any(request.token_type_ids) for request in requests):
-            token_type_ids = torch.from_numpy(
+            token_type_ids = to_device(
                 np.fromiter(
                     (
                         type_id
@@ -51,12 +60,13 @@ class InputBatch:
                     ),
                     np.int64,
                     num_tokens,
-                )
-            ).to(device, non_blocking=True)
+                ),
+                device,
+            )
         return cls(
             request_ids=[request.request_id for request in requests],
-            input_ids=torch.from_numpy(input_ids).to(device, non_blocking=True),
-            positions=torch.from_numpy(positions).to(device, non_blocking=True),
+            input_ids=to_device(input_ids, device),
+            positions=to_device(positions, device),
             token_type_ids=token_type_ids,
             attn_metadata=backend.build_metadata(seq_lens, device),
             pooling_metadata=PoolingMetadata.from_seq_lens(seq_lens, device),

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -19,9 +20,15 @@ from wde.layers.pooler.embedding_pooler import EmbeddingPooler
 from wde.layers.pooler.score_pooler import ScorePooler
 from wde.models.loader import load_model
 from wde.platforms import Platform, get_platform
+from wde.worker.cuda_graphs import CudaGraphManager
 from wde.worker.input_batch import InputBatch
+from wde.worker.memory_budget import MemoryProfile, choose_token_budget
 
 logger = logging.getLogger(__name__)
+
+# With max_num_batched_tokens="auto", the profile batch has this many tokens (capped by the platform's
+# auto cap); activation memory per token is then extrapolated to the memory share.
+AUTO_BUDGET_PROBE_TOKENS = 8192
 
 TORCH_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
@@ -45,6 +52,11 @@ class ModelRunnerBase:
         self.attn_backend: AttentionBackend = backend_cls(num_heads, head_size)
         self.model: torch.nn.Module | None = None
         self.pooler: EmbeddingPooler | ScorePooler | None = None
+        self.weight_bytes = 0
+        self.memory_profile: MemoryProfile | None = None
+        # CUDA graphs (set by capture_model on devices that have them)
+        self.cuda_graphs: CudaGraphManager | None = None
+        self.graph_capturer: Any = None
 
     # ---- device hooks -----------------------------------------------------------------------------
     def _cache_device_properties(self) -> None:
@@ -54,6 +66,7 @@ class ModelRunnerBase:
         start = time.perf_counter()
         self.model = load_model(self.model_config, self.attn_backend, self.device, self.dtype)
         num_params = sum(p.numel() for p in self.model.parameters())
+        self.weight_bytes = sum(p.numel() * p.element_size() for p in self.model.parameters())
         logger.info(
             "loaded %s (%s, %.1fM params) in %.2fs on %s in %s, attention backend %s",
             self.model_config.architecture,
@@ -66,12 +79,40 @@ class ModelRunnerBase:
         )
 
     def profile_run(self) -> None:
-        """Run one worst-case batch (a full token budget of max-length sequences)."""
+        """Run one worst-case batch (max-length sequences filling the budget) and measure its peak memory;
+        with an "auto" budget, pick the largest budget that fits the memory share."""
         scheduler_config = self.engine_config.scheduler_config
         max_model_len = self.model_config.max_model_len
-        num_tokens = max(scheduler_config.max_num_batched_tokens, max_model_len)
+        num_tokens = scheduler_config.max_num_batched_tokens or max(
+            min(AUTO_BUDGET_PROBE_TOKENS, self.platform.max_auto_num_batched_tokens), max_model_len
+        )
         num_seqs = min(scheduler_config.max_num_seqs, max(1, num_tokens // max_model_len))
+        # 1. measure
+        self.platform.reset_peak_memory()
+        baseline = self.platform.memory_in_use_bytes()
         self.execute_model(self.prepare_inputs(self._dummy_requests(num_seqs, max_model_len)))
+        self.memory_profile = MemoryProfile(
+            total_bytes=self.platform.memory_info()[1],
+            weight_bytes=self.weight_bytes,
+            peak_activation_bytes=max(0, self.platform.peak_memory_bytes() - baseline),
+            num_profile_tokens=num_seqs * max_model_len,
+        )
+        logger.info(
+            "profile run: %d x %d tokens, peak activation memory %.1f MiB",
+            num_seqs,
+            max_model_len,
+            self.memory_profile.peak_activation_bytes / 2**20,
+        )
+        # 2. size the budget when asked to
+        if scheduler_config.max_num_batched_tokens is None:
+            budget, why = choose_token_budget(
+                self.memory_profile,
+                self.engine_config.device_config.gpu_memory_utilization,
+                max_model_len,
+                self.platform.max_auto_num_batched_tokens,
+            )
+            scheduler_config.max_num_batched_tokens, scheduler_config.budget_reason = budget, why
+            logger.info("max_num_batched_tokens=auto -> %s", why)
 
     def capture_model(self) -> None:
         """Capture device graphs for the flat batch; devices without graphs run eagerly."""
@@ -96,11 +137,23 @@ class ModelRunnerBase:
         """One forward pass; returns one float32 vector per request, in batch order."""
         if self.model is None or self.pooler is None:
             raise RuntimeError("call initialize() before execute_model()")
-        with set_forward_context(batch.attn_metadata):
-            hidden = self.model(
-                batch.input_ids, batch.positions, batch.token_type_ids
-            )  # [num_tokens, hidden]
+        graph = self.cuda_graphs.graph_for(batch.num_tokens) if self.cuda_graphs is not None else None
+        if graph is not None:
+            hidden = self.graph_capturer.replay(graph, batch)  # [num_tokens, hidden_size]
+        else:
+            with set_forward_context(batch.attn_metadata):
+                hidden = self.model(batch.input_ids, batch.positions, batch.token_type_ids)
         return self.pooler(hidden, batch.pooling_metadata, batch.params)
+
+    def capture_while_idle(self, is_idle: Callable[[], bool]) -> int:
+        """Idle-mode CUDA graphs: capture pending buckets while ``is_idle()``; call between batches only."""
+        if self.cuda_graphs is None:
+            return 0
+        with torch.inference_mode():
+            return self.cuda_graphs.capture_while_idle(is_idle)
+
+    def has_pending_captures(self) -> bool:
+        return self.cuda_graphs is not None and bool(self.cuda_graphs.pending_buckets())
 
     def _dummy_requests(self, num_seqs: int, seq_len: int) -> list[Request]:
         token_id = int(self.model_config.hf_config.get("pad_token_id") or 0) + 1

@@ -30,6 +30,9 @@ class AttentionBackend(ABC):
     name: ClassVar[str]
     # True when the backend pads sequences to the batch's longest; the scheduler then charges max_len x n.
     is_padded: ClassVar[bool] = False
+    # True when forward() depends only on tensors (cu_seqlens) and max_seqlen, so a CUDA graph can be
+    # captured once and replayed with new cu_seqlens contents.
+    supports_cuda_graphs: ClassVar[bool] = False
     supported_devices: ClassVar[tuple[str, ...]] = ("cpu", "cuda")
     supported_dtypes: ClassVar[tuple[torch.dtype, ...]] = (torch.float32, torch.bfloat16, torch.float16)
 

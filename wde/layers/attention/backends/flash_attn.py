@@ -14,6 +14,7 @@ class FlashAttnBackend(AttentionBackend):
     name = "flash_attn"
     supported_devices = ("cuda",)
     supported_dtypes = (torch.float16, torch.bfloat16)
+    supports_cuda_graphs = True
 
     @classmethod
     def is_available(cls, device_type: str, dtype: torch.dtype, head_size: int) -> tuple[bool, str]:

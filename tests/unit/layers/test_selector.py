@@ -1,0 +1,46 @@
+"""The attention backend selector: explicit choice, platform order, and why each backend was passed over."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from wde.layers.attention.selector import select_attention_backend
+from wde.platforms.cpu import CpuPlatform
+from wde.platforms.cuda import CudaPlatform
+
+
+def test_cpu_auto_picks_sdpa_and_says_why_naive_was_skipped() -> None:
+    backend, skipped = select_attention_backend("auto", CpuPlatform(), torch.float32, 32)
+    assert backend.name == "torch_sdpa"
+    assert skipped == {"naive": "available, but torch_sdpa comes first on cpu"}
+
+
+def test_explicit_choice_and_aliases() -> None:
+    assert select_attention_backend("naive", CpuPlatform(), torch.float32, 32)[0].name == "naive"
+    assert select_attention_backend("sdpa", CpuPlatform(), torch.float32, 32)[0].name == "torch_sdpa"
+    with pytest.raises(ValueError, match=r"cannot run here"):
+        select_attention_backend("flash", CpuPlatform(), torch.float16, 32)
+    with pytest.raises(ValueError, match="'magic' is not one of"):
+        select_attention_backend("magic", CpuPlatform(), torch.float32, 32)
+
+
+def test_flash_attn_reasons_on_a_cpu_platform() -> None:
+    with pytest.raises(ValueError, match=r"cannot run here: does not run on cpu \(only cuda\)"):
+        select_attention_backend("flash_attn", CpuPlatform(), torch.float16, 32)
+
+
+def test_cuda_order_reports_a_reason_for_every_skipped_backend(monkeypatch: pytest.MonkeyPatch) -> None:
+    """On a CUDA platform with float32, flash-attn is skipped for its dtype (and xformers for its package when
+    it is missing) before SDPA is chosen."""
+    import importlib.util
+
+    real_find_spec = importlib.util.find_spec
+    monkeypatch.setattr(
+        importlib.util, "find_spec", lambda name, *a: None if name == "xformers" else real_find_spec(name, *a)
+    )
+    backend, skipped = select_attention_backend("auto", CudaPlatform(), torch.float32, 32)
+    assert backend.name == "torch_sdpa"
+    assert skipped["flash_attn"] == "does not support dtype float32 (only float16, bfloat16)"
+    assert skipped["xformers"] == "xformers is not installed: pip install 'wde[xformers]'"
+    assert skipped["naive"] == "available, but torch_sdpa comes first on cuda"
