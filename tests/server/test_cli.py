@@ -3,6 +3,7 @@ real ``wde serve`` process that drains in-flight requests on SIGTERM and exits 0
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import socket
@@ -112,48 +113,84 @@ def free_port() -> int:
 def test_sigterm_drains_in_flight_requests_and_exits_0(tmp_path: Path) -> None:
     port = free_port()
     url = f"http://127.0.0.1:{port}"
-    log = (tmp_path / "serve.log").open("w")
-    process = subprocess.Popen(
-        [*wde_command(), "serve", "--port", str(port), "--max-num-batched-tokens", "256"],
-        cwd=REPO,
-        stdout=log,
-        stderr=subprocess.STDOUT,
-        env={**os.environ, "WDE_LOG_LEVEL": "warning"},
-    )
+    log_path = tmp_path / "serve.log"
+    with log_path.open("w") as log:
+        process = subprocess.Popen(
+            [*wde_command(), "serve", "--port", str(port), "--max-num-batched-tokens", "256"],
+            cwd=REPO,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            env={**os.environ, "WDE_LOG_LEVEL": "warning"},
+        )
     try:
         # 1. ready
         deadline = time.monotonic() + TIMEOUT
         while not _healthy(url):
-            assert process.poll() is None and time.monotonic() < deadline, (
-                tmp_path / "serve.log"
-            ).read_text()
+            assert process.poll() is None and time.monotonic() < deadline, log_path.read_text()
             time.sleep(0.1)
-        # 2. three requests of 3 full-length inputs: 9 forward passes of 256 tokens, one after the other
-        results: list[tuple[int, float, int]] = []
+        # 2. in flight: two requests computing (6 forward passes of 256 tokens), and one whose body is
+        #    only half sent, so it is certainly still in flight when the signal arrives
+        results: list[tuple[int, int]] = []
 
         def post() -> None:
             response = httpx.post(f"{url}/embed", json={"inputs": [LONG_TEXT] * 3}, timeout=TIMEOUT)
-            results.append((response.status_code, time.monotonic(), np.asarray(response.json()).shape[0]))
+            results.append((response.status_code, np.asarray(response.json()).shape[0]))
 
-        clients = [threading.Thread(target=post) for _ in range(3)]
+        clients = [threading.Thread(target=post) for _ in range(2)]
         for client in clients:
             client.start()
+        body = json.dumps({"inputs": ["sent after SIGTERM", LONG_TEXT]}).encode()
+        slow = socket.create_connection(("127.0.0.1", port), timeout=TIMEOUT)
+        head = (
+            "POST /embed HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+            f"Content-Length: {len(body)}\r\n\r\n"
+        )
+        slow.sendall(head.encode() + body[:10])
         while _in_flight(url) < 3:
             assert time.monotonic() < deadline, "the requests never arrived"
             time.sleep(0.01)
-        # 3. SIGTERM while they run: they finish, the process exits 0
-        signal_time = time.monotonic()
+        # 3. SIGTERM: the server stops listening, yet finishes what it admitted, then exits 0
         process.send_signal(signal.SIGTERM)
+        while _accepts_connections(port):
+            assert time.monotonic() < deadline, "the server kept listening after SIGTERM"
+            time.sleep(0.01)
+        slow.sendall(body[10:])
+        status, answer = _read_response(slow)
+        slow.close()
         for client in clients:
             client.join(TIMEOUT)
-        assert process.wait(TIMEOUT) == 0, (tmp_path / "serve.log").read_text()
+        assert process.wait(TIMEOUT) == 0, log_path.read_text()
     finally:
         if process.poll() is None:
             process.kill()
             process.wait(TIMEOUT)
-        log.close()
-    assert [(status, rows) for status, _, rows in results] == [(200, 3)] * 3
-    assert max(finished for _, finished, _ in results) > signal_time  # some were still running at SIGTERM
+    assert status == 200 and np.asarray(answer).shape == (2, 384)
+    assert results == [(200, 3)] * 2
+
+
+def _accepts_connections(port: int) -> bool:
+    try:
+        socket.create_connection(("127.0.0.1", port), timeout=1).close()
+        return True
+    except OSError:
+        return False
+
+
+def _read_response(sock: socket.socket) -> tuple[int, object]:
+    """(status, JSON body) of one HTTP/1.1 response with a Content-Length."""
+    data = b""
+    while b"\r\n\r\n" not in data:
+        chunk = sock.recv(65536)
+        assert chunk, f"connection closed before a response: {data!r}"
+        data += chunk
+    head, _, body = data.partition(b"\r\n\r\n")
+    lines = head.decode("latin-1").split("\r\n")
+    length = next(int(line.split(":", 1)[1]) for line in lines if line.lower().startswith("content-length:"))
+    while len(body) < length:
+        chunk = sock.recv(65536)
+        assert chunk, "connection closed in the middle of the body"
+        body += chunk
+    return int(lines[0].split()[1]), json.loads(body)
 
 
 def _healthy(url: str) -> bool:

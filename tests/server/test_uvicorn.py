@@ -175,8 +175,9 @@ def test_ten_megabyte_body_is_413(live_server: LiveServer) -> None:
 
 def test_client_disconnect_aborts_its_requests(live_server: LiveServer) -> None:
     before = scrape(live_server.url)
+    # 256 full-length inputs: 32 forward passes of 2048 tokens, far longer than the client waits
     with pytest.raises(httpx.ReadTimeout):
-        httpx.post(f"{live_server.url}/embed", json={"inputs": [LONG_TEXT] * 64}, timeout=httpx.Timeout(1.0))
+        httpx.post(f"{live_server.url}/embed", json={"inputs": [LONG_TEXT] * 256}, timeout=httpx.Timeout(0.5))
     deadline = time.monotonic() + TIMEOUT
     while True:
         metrics = scrape(live_server.url)
