@@ -14,12 +14,21 @@ import os
 import sys
 import types
 import typing
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import MISSING, fields
 from typing import Any
 
 from server.settings import ServerSettings
-from wde.config import DEVICES, DTYPES, EXECUTORS, POOLING_METHODS, TASKS
+from wde.config import (
+    CUDA_GRAPH_MODES,
+    DEVICES,
+    DTYPES,
+    EXECUTORS,
+    PAIR_TRUNCATIONS,
+    POOLING_METHODS,
+    SCORE_ACTIVATIONS,
+    TASKS,
+)
 from wde.engine_args import EngineArgs
 
 ENV_PREFIX = "WDE_"
@@ -32,13 +41,18 @@ ENGINE_HELP = {
     "dtype": "auto = float32 on CPU, float16 on CUDA",
     "device": "cpu or cuda (auto: cuda when available)",
     "max_model_len": "longest input in tokens (default: the model's)",
-    "max_num_batched_tokens": "tokens in one forward pass (default: 2048 CPU / 16384 CUDA)",
+    "max_num_batched_tokens": "tokens in one forward pass: an int, or auto (memory-profiled)",
     "max_num_seqs": "sequences in one forward pass",
     "attention_backend": "torch_sdpa, naive, flash_attn, xformers (auto: the platform's best available)",
     "executor": "sync (inline) or async (forward on a worker thread); auto: the platform's choice",
     "truncate": "cut over-long inputs to max_model_len unless a request says otherwise",
     "pooling": "override the model's pooling method",
     "normalize": "override the model's default L2 normalization",
+    "gpu_memory_utilization": "share of device memory an 'auto' token budget may fill",
+    "cuda_graph_mode": "CUDA graph capture policy (CUDA only)",
+    "cuda_graph_buckets": "padded token counts to capture as CUDA graphs (CUDA only)",
+    "score_activation": "cross-encoders: the activation of the scores (default: the model's)",
+    "pair_truncation": "cross-encoders: longest_first, or only_second to keep the query whole",
 }
 ENGINE_CHOICES: dict[str, Sequence[str]] = {
     "task": TASKS,
@@ -46,6 +60,9 @@ ENGINE_CHOICES: dict[str, Sequence[str]] = {
     "device": DEVICES,
     "executor": ("auto", *EXECUTORS),
     "pooling": POOLING_METHODS,
+    "score_activation": SCORE_ACTIVATIONS,
+    "pair_truncation": PAIR_TRUNCATIONS,
+    "cuda_graph_mode": CUDA_GRAPH_MODES,
 }
 SERVER_HELP = {
     "api_key": "require 'Authorization: Bearer <key>' (all routes but /health, /metrics); prefer WDE_API_KEY",
@@ -139,27 +156,38 @@ def _add_dataclass_flags(
             continue
         flag = "--" + field.name.replace("_", "-")
         default = None if field.default is MISSING else field.default
-        value_type = _value_type(hints[field.name])
-        if value_type is bool:
+        spec = _argparse_spec(hints[field.name])
+        if spec.get("type") is bool:
             group.add_argument(
                 flag, action=argparse.BooleanOptionalAction, default=default, help=helps.get(field.name)
             )
         else:
             group.add_argument(
-                flag,
-                type=value_type,
-                default=default,
-                choices=choices.get(field.name),
-                help=helps.get(field.name),
+                flag, default=default, choices=choices.get(field.name), help=helps.get(field.name), **spec
             )
 
 
-def _value_type(hint: Any) -> Callable[[str], Any]:
-    """``int | None`` -> int; ``bool`` -> bool; anything else parses as str."""
+def _argparse_spec(hint: Any) -> dict[str, Any]:
+    """``int | None`` -> int; ``int | str`` -> an int or a keyword ("auto"); ``list[int]`` -> several ints;
+    ``bool`` -> a --flag/--no-flag pair; anything else parses as str."""
+    options = [hint]
     if typing.get_origin(hint) in (typing.Union, types.UnionType):
         options = [arg for arg in typing.get_args(hint) if arg is not type(None)]
-        hint = options[0] if len(options) == 1 else str
-    return hint if hint in (bool, int, float) else str
+    if len(options) == 1 and typing.get_origin(options[0]) is list:
+        (item,) = typing.get_args(options[0]) or (str,)
+        return {"type": item if item in (int, float) else str, "nargs": "+"}
+    if len(options) == 1 and options[0] in (bool, int, float):
+        return {"type": options[0]}
+    if set(options) == {int, str}:
+        return {"type": _int_or_keyword}
+    return {"type": str}
+
+
+def _int_or_keyword(raw: str) -> int | str:
+    try:
+        return int(raw)
+    except ValueError:
+        return raw
 
 
 def _apply_environment(parser: argparse.ArgumentParser) -> None:
@@ -175,7 +203,7 @@ def _apply_environment(parser: argparse.ArgumentParser) -> None:
             value = _parse_env(action, raw)
         except ValueError as e:
             parser.error(f"{name}={raw!r}: {e}")
-        if action.choices is not None and value not in action.choices:
+        if action.choices is not None and value not in action.choices and not isinstance(value, list):
             parser.error(f"{name}={raw!r}: choose from {', '.join(map(str, action.choices))}")
         action.default = value
 
@@ -188,7 +216,10 @@ def _parse_env(action: argparse.Action, raw: str) -> Any:
         if lowered in ("0", "false", "no", "off"):
             return False
         raise ValueError("expected true/false, 1/0, yes/no or on/off")
-    return action.type(raw) if callable(action.type) else raw
+    convert = action.type if callable(action.type) else str
+    if action.nargs == "+":  # a list: WDE_CUDA_GRAPH_BUCKETS="256,512,1024" (commas or spaces)
+        return [convert(item) for item in raw.replace(",", " ").split()]
+    return convert(raw)
 
 
 if __name__ == "__main__":

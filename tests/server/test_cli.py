@@ -46,6 +46,14 @@ def test_every_engine_and_server_field_is_a_flag() -> None:
     )
 
 
+def test_flag_types_follow_the_field_types(monkeypatch: pytest.MonkeyPatch) -> None:
+    args = parse("--max-num-batched-tokens", "auto", "--gpu-memory-utilization", "0.5")
+    assert (args.max_num_batched_tokens, args.gpu_memory_utilization) == ("auto", 0.5)
+    assert parse("--cuda-graph-buckets", "256", "512").cuda_graph_buckets == [256, 512]
+    monkeypatch.setenv("WDE_CUDA_GRAPH_BUCKETS", "128, 1024")
+    assert parse().cuda_graph_buckets == [128, 1024]
+
+
 def test_environment_sets_defaults_and_flags_win(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("WDE_MAX_NUM_BATCHED_TOKENS", "1024")
     monkeypatch.setenv("WDE_TRUNCATE", "false")
