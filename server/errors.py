@@ -17,9 +17,9 @@ from fastapi.exceptions import RequestValidationError
 from starlette.exceptions import HTTPException
 
 from server.responses import ORJSONResponse
-from wde.engine.async_llm_engine import RequestFailedError, TaskNotSupportedError
+from wde.engine.async_llm_engine import TaskNotSupportedError
 from wde.engine.engine_thread import EngineUnavailableError
-from wde.engine.request_processor import InputTooLongError
+from wde.engine.errors import InputTooLongError, RequestFailedError
 
 logger = logging.getLogger(__name__)
 

@@ -73,6 +73,9 @@ class ErrorOutput:
     request_id: str
     error: Exception
     metrics: RequestMetrics | None = None
+    # True when the request's own input is at fault (too long, refused by the tokenizer): the caller's
+    # to fix (HTTP 4xx); False when running it failed (HTTP 5xx).
+    is_input_error: bool = True
 
 
 RequestOutput = EmbeddingOutput | ScoreOutput | ErrorOutput

@@ -33,6 +33,7 @@ class Tokenizer:
         self.backend.no_padding()
         self.backend.enable_truncation(max_length=max_length, strategy=pair_truncation)
         self.num_encode_calls = 0
+        self._untruncated: tokenizers.Tokenizer | None = None
 
     @classmethod
     def from_pretrained(
@@ -68,11 +69,17 @@ class Tokenizer:
             for encoding in encodings
         ]
 
+    def untruncated(self) -> tokenizers.Tokenizer:
+        """A copy that neither truncates nor pads (for /tokenize and error messages); built once."""
+        if self._untruncated is None:
+            copy = tokenizers.Tokenizer.from_str(self.backend.to_str())
+            copy.no_truncation()
+            copy.no_padding()
+            self._untruncated = copy
+        return self._untruncated
+
     def count_tokens(self, text: TextInput) -> int:
         """Length without truncation (used only to word the error for an over-long input)."""
-        backend = tokenizers.Tokenizer.from_str(self.backend.to_str())
-        backend.no_truncation()
-        backend.no_padding()
         if isinstance(text, tuple):
-            return len(backend.encode(*text).ids)
-        return len(backend.encode(text).ids)
+            return len(self.untruncated().encode(*text).ids)
+        return len(self.untruncated().encode(text).ids)

@@ -11,7 +11,7 @@ import numpy as np
 import tokenizers
 from tokenizers.models import WordLevel
 
-from wde.engine.request_processor import InputTooLongError
+from wde.engine.errors import InputTooLongError
 from wde.engine.stats import BatchStats, StepStats
 from wde.outputs import EmbeddingOutput, ErrorOutput, RequestOutput
 
@@ -28,9 +28,10 @@ class FakeEngine:
         self.max_per_step = 1_000_000  # requests answered by one step, first come first served
         self.num_steps = 0
         self.is_shut_down = False
-        self.scheduler = SimpleNamespace(num_waiting=0)
+        self.num_waiting = 0
         self.last_step_stats: StepStats | None = None
-        self.tokenizer = SimpleNamespace(backend=tokenizers.Tokenizer(WordLevel({"[UNK]": 0}, "[UNK]")))
+        backend = tokenizers.Tokenizer(WordLevel({"[UNK]": 0}, "[UNK]"))
+        self.tokenizer = SimpleNamespace(backend=backend, untruncated=lambda: backend)
         self.runner = SimpleNamespace(attn_backend=SimpleNamespace(name="fake"))
         model_config = SimpleNamespace(task="embed", architecture="FakeModel")
         self.engine_config = SimpleNamespace(model_config=model_config)
@@ -40,11 +41,11 @@ class FakeEngine:
             if not isinstance(prompt, str):
                 raise TypeError(f"inputs[{index}]: expected a str, got {type(prompt).__name__}")
         self.queued.update(zip(request_ids, prompts, strict=True))
-        self.scheduler.num_waiting = len(self.queued)
+        self.num_waiting = len(self.queued)
 
     def abort_request(self, request_id: str) -> bool:
         found = self.queued.pop(request_id, None) is not None
-        self.scheduler.num_waiting = len(self.queued)
+        self.num_waiting = len(self.queued)
         return found
 
     def has_unfinished_requests(self) -> bool:
@@ -52,6 +53,9 @@ class FakeEngine:
 
     def get_num_unfinished_requests(self) -> int:
         return len(self.queued)
+
+    def has_pending_captures(self) -> bool:
+        return False
 
     def step(self) -> list[RequestOutput]:
         self.num_steps += 1
@@ -63,7 +67,7 @@ class FakeEngine:
         batch = dict(list(self.queued.items())[: self.max_per_step])
         for request_id in batch:
             del self.queued[request_id]
-        self.scheduler.num_waiting = len(self.queued)
+        self.num_waiting = len(self.queued)
         outputs: list[RequestOutput] = []
         for request_id, prompt in batch.items():
             if prompt.startswith("too long"):

@@ -10,7 +10,7 @@ The ``LLMEngine`` lives on an ``EngineThread`` and is touched by nothing else; t
 commands and awaits the answers. A cancelled ``encode`` (client gone) aborts its requests.
 
 To serve another task, add a coroutine next to ``encode`` that checks the task, calls ``_submit`` with
-the task's prompts and params, and raises for errors with ``_raise_for_errors``.
+the task's prompts and params, and raises for errors with ``raise_for_errors``.
 """
 
 from __future__ import annotations
@@ -29,18 +29,16 @@ from wde.engine.engine_thread import (
     EngineUnavailableError,
     StatsListener,
 )
+from wde.engine.errors import raise_for_errors
 from wde.engine.llm_engine import LLMEngine
+from wde.engine.scoring import CosinePlan, check_top_n, make_pairs, rank, rerank_pairs
 from wde.engine_args import EngineArgs
 from wde.inputs import PoolingParams, PromptType
-from wde.outputs import EmbeddingOutput, ErrorOutput, RequestOutput
+from wde.outputs import EmbeddingOutput, RequestOutput, RerankResult, ScoreOutput
 
 
 class TaskNotSupportedError(ValueError):
     """The loaded model does not serve the task asked for (e.g. embeddings from a cross-encoder)."""
-
-
-class RequestFailedError(RuntimeError):
-    """An accepted request could not run for a reason other than its input (e.g. the forward pass failed)."""
 
 
 class AsyncLLMEngine:
@@ -117,8 +115,53 @@ class AsyncLLMEngine:
         ``EngineUnavailableError`` while loading or shutting down."""
         self._check_task("embed")
         outputs = await self._submit(_as_list(prompts), params or PoolingParams())
-        _raise_for_errors(outputs)
+        raise_for_errors(outputs)
         return outputs  # type: ignore[return-value]
+
+    async def score(
+        self,
+        text_1: str | Sequence[str],
+        text_2: str | Sequence[str],
+        *,
+        truncate: bool | None = None,
+        raw_scores: bool = False,
+    ) -> list[ScoreOutput]:
+        """Scores of (text_1, text_2) pairs (1:N or N:N, as ``LLM.score``): a cross-encoder's classifier, or
+        the cosine similarity of an embedding model's embeddings (each distinct text embedded once)."""
+        pairs = make_pairs(text_1, text_2)
+        model_config = self.info.model_config
+        if model_config.task == "score":
+            outputs = await self._submit(pairs, PoolingParams(truncate=truncate, raw_scores=raw_scores))
+            raise_for_errors(outputs)
+            return outputs  # type: ignore[return-value]
+        PoolingParams(truncate=truncate, raw_scores=raw_scores).verify(model_config)
+        plan = CosinePlan.from_pairs(pairs)
+        embeddings = await self.encode(plan.texts, PoolingParams(normalize=True, truncate=truncate))
+        return plan.scores(embeddings, [str(index) for index in range(len(pairs))])
+
+    async def rerank(
+        self,
+        query: str,
+        documents: Sequence[str],
+        *,
+        top_n: int | None = None,
+        return_documents: bool = False,
+        raw_scores: bool = False,
+        truncate: bool | None = None,
+    ) -> tuple[list[RerankResult], int]:
+        """(documents sorted by relevance to ``query``, highest first, with their original ``index``;
+        tokens processed)."""
+        pairs = rerank_pairs(query, documents)
+        check_top_n(top_n)
+        model_config = self.info.model_config
+        if model_config.task == "score" and model_config.num_labels != 1:
+            raise ValueError(
+                f"rerank needs one relevance score per pair; this model has {model_config.num_labels} labels"
+            )
+        scores = await self.score(
+            query, [document for _, document in pairs], truncate=truncate, raw_scores=raw_scores
+        )
+        return rank(scores, documents, top_n, return_documents), sum(score.num_tokens for score in scores)
 
     def _check_task(self, task: str) -> None:
         model_config = self.info.model_config
@@ -150,20 +193,3 @@ def _as_list(prompts: Any) -> list[Any]:
     if len(prompts) == 0:
         raise ValueError("inputs is empty; pass at least one input")
     return list(prompts)
-
-
-def _raise_for_errors(outputs: Sequence[RequestOutput]) -> None:
-    """Raise the first failed input's error, named by position (bad input keeps its ValueError type)."""
-    errors = [(index, output) for index, output in enumerate(outputs) if isinstance(output, ErrorOutput)]
-    if not errors:
-        return
-    index, first = errors[0]
-    more = f" ({len(errors) - 1} more inputs failed)" if len(errors) > 1 else ""
-    message = f"inputs[{index}]: {first.error}{more}"
-    error: Exception = RequestFailedError(message)
-    if isinstance(first.error, (ValueError, TypeError)):
-        try:
-            error = type(first.error)(message)
-        except Exception:  # an exception type that takes other arguments
-            error = ValueError(message)
-    raise error from first.error

@@ -21,7 +21,6 @@ import tokenizers
 
 from wde.config import EngineConfig
 from wde.engine.llm_engine import LLMEngine
-from wde.engine.request_processor import InputTooLongError
 from wde.engine.stats import StepStats
 from wde.outputs import RequestOutput
 
@@ -232,7 +231,10 @@ class EngineThread:
     def _serve(self, engine: LLMEngine) -> None:
         stopping = False
         while not (stopping and not engine.has_unfinished_requests()):
-            # 1. commands: block on the queue only when there is nothing to run
+            # 1. commands: block on the queue only when there is nothing to run (idle-mode CUDA graphs are
+            #    captured first, one bucket at a time, until a command arrives)
+            if not engine.has_unfinished_requests() and engine.has_pending_captures():
+                engine.capture_while_idle(self._commands.empty)
             for command in self._take_commands(block=not engine.has_unfinished_requests()):
                 stopping = self._apply(engine, command) or stopping
             self._publish_counts(engine)
@@ -245,7 +247,7 @@ class EngineThread:
                 self._notify(engine.last_step_stats, outputs)
 
     def _publish_counts(self, engine: LLMEngine) -> None:
-        self.counts = EngineCounts(engine.scheduler.num_waiting, engine.get_num_unfinished_requests())
+        self.counts = EngineCounts(engine.num_waiting, engine.get_num_unfinished_requests())
 
     def _take_commands(self, block: bool) -> list[Command]:
         commands = [self._commands.get()] if block else []
@@ -269,7 +271,7 @@ class EngineThread:
         try:
             engine.add_requests(call.request_ids, call.prompts, call.params)
         except Exception as e:  # validation: the call fails alone, the queue is untouched
-            call.fail(_as_input_error(e))
+            call.fail(e)
             return False
         for index, request_id in enumerate(call.request_ids):
             self._pending[request_id] = (call, index)
@@ -316,18 +318,7 @@ class EngineThread:
 
 
 def _engine_info(engine: LLMEngine) -> EngineInfo:
-    tokenizer = tokenizers.Tokenizer.from_str(engine.tokenizer.backend.to_str())
-    tokenizer.no_truncation()
-    tokenizer.no_padding()
-    return EngineInfo(engine.engine_config, engine.runner.attn_backend.name, tokenizer)
-
-
-def _as_input_error(error: Exception) -> Exception:
-    # The InputProcessor words over-long token ids as a plain ValueError; give it the type the
-    # RequestProcessor uses for the same problem, so callers map both to one status.
-    if type(error) is ValueError and "more than max_model_len" in str(error):
-        return InputTooLongError(str(error))
-    return error
+    return EngineInfo(engine.engine_config, engine.runner.attn_backend.name, engine.tokenizer.untruncated())
 
 
 def _safely(callback: Callable[..., None], *args: Any) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 from collections import deque
+from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -17,6 +18,10 @@ class ModelRunner(Protocol):
     def prepare_inputs(self, requests: list[Request]) -> Any: ...
 
     def execute_model(self, batch: Any) -> list[Any]: ...
+
+    def capture_while_idle(self, is_idle: Callable[[], bool]) -> int: ...
+
+    def has_pending_captures(self) -> bool: ...
 
 
 @dataclass

@@ -10,6 +10,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from wde.config import ModelConfig
+from wde.engine.errors import InputTooLongError
 from wde.engine.request import Request
 from wde.inputs import PoolingParams
 
@@ -95,7 +96,7 @@ class InputProcessor:
                 )
         max_model_len = self.model_config.max_model_len
         if len(token_ids) > max_model_len and not truncate:
-            raise ValueError(
+            raise InputTooLongError(
                 f"{where}: {len(token_ids)} tokens is more than max_model_len ({max_model_len}) "
                 "and truncation is off; shorten the input or pass truncate=True"
             )

@@ -9,11 +9,12 @@ from typing import Any
 
 from tqdm.auto import tqdm
 
+from wde.engine.errors import raise_for_errors
 from wde.engine.llm_engine import LLMEngine
 from wde.engine.scoring import CosinePlan, check_top_n, make_pairs, rank, rerank_pairs
 from wde.engine_args import EngineArgs
 from wde.inputs import PoolingParams, PromptType, TextPair
-from wde.outputs import EmbeddingOutput, ErrorOutput, RequestOutput, RerankResult, ScoreOutput
+from wde.outputs import EmbeddingOutput, RequestOutput, RerankResult, ScoreOutput
 
 
 class LLM:
@@ -146,13 +147,7 @@ class LLM:
                 for request_id in request_ids:
                     self.engine.abort_request(request_id)
                 raise
-        errors = [(i, out) for i, out in enumerate(results) if isinstance(out, ErrorOutput)]
-        if errors:
-            index, first = errors[0]
-            raise ValueError(
-                f"inputs[{index}]: {first.error}"
-                + (f" ({len(errors) - 1} more inputs failed)" if len(errors) > 1 else "")
-            ) from first.error
+        raise_for_errors(results)
         return results  # type: ignore[return-value]
 
     @contextmanager

@@ -7,7 +7,7 @@ This module does not import torch: the runner is created through the platform at
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from wde.config import EngineConfig
@@ -104,6 +104,20 @@ class LLMEngine:
 
     def get_num_unfinished_requests(self) -> int:
         return len(self.requests)
+
+    @property
+    def num_waiting(self) -> int:
+        """Requests queued in the scheduler (not yet in a batch)."""
+        return self.scheduler.num_waiting
+
+    def capture_while_idle(self, is_idle: Callable[[], bool]) -> int:
+        """Idle-mode CUDA graphs: capture pending buckets while ``is_idle()`` and nothing runs."""
+        if self.has_unfinished_requests():
+            return 0
+        return self.runner.capture_while_idle(is_idle)
+
+    def has_pending_captures(self) -> bool:
+        return self.runner.has_pending_captures()
 
     # ---- the loop ---------------------------------------------------------------------------------
     def step(self) -> list[RequestOutput]:

@@ -23,7 +23,11 @@ class OutputProcessor:
                     continue
                 if result.error is not None:
                     request.fail(result.error)
-                    outputs.append(ErrorOutput(request.request_id, result.error, _metrics(request, now)))
+                    outputs.append(
+                        ErrorOutput(
+                            request.request_id, result.error, _metrics(request, now), is_input_error=False
+                        )
+                    )
                     continue
                 request.status = RequestStatus.FINISHED
                 outputs.append(self.make_output(request, result.outputs[row], _metrics(request, now)))

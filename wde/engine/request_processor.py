@@ -5,12 +5,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from wde.config import ModelConfig
+from wde.engine.errors import InputTooLongError
 from wde.engine.request import Request
 from wde.tokenizer import TextInput, TokenizedInput, Tokenizer
-
-
-class InputTooLongError(ValueError):
-    """An input is longer than max_model_len and its request asked not to truncate."""
 
 
 class RequestProcessor:

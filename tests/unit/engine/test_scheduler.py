@@ -5,8 +5,8 @@ from __future__ import annotations
 import random
 
 from tests.unit.engine.conftest import SchedulerFactory, text_request
+from wde.engine.errors import InputTooLongError
 from wde.engine.request import RequestStatus
-from wde.engine.request_processor import InputTooLongError
 from wde.engine.token_budget import TokenBudget
 
 
