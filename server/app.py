@@ -28,11 +28,11 @@ from server.middleware.auth import ApiKeyMiddleware
 from server.middleware.http_metrics import HttpMetricsMiddleware
 from server.middleware.request_body import RequestBodyMiddleware
 from server.responses import ORJSONResponse
-from server.routes import embed, info, metrics, openai, tokenize
+from server.routes import embed, info, metrics, openai, rerank, tokenize
 from server.settings import ServerSettings
 from wde.engine.async_llm_engine import AsyncLLMEngine
 
-ROUTE_MODULES = (info, embed, tokenize, openai, metrics)
+ROUTE_MODULES = (info, embed, rerank, tokenize, openai, metrics)
 
 
 def create_app(engine: AsyncLLMEngine, settings: ServerSettings | None = None) -> FastAPI:

@@ -92,7 +92,8 @@ def error_kind(error: BaseException) -> ErrorKind:
 
 
 def is_openai_path(path: str) -> bool:
-    return path.startswith("/v1/")
+    """Versioned routes (OpenAI /v1/*, Cohere-style /v1/rerank and /v2/rerank) answer OpenAI's error shape."""
+    return path.startswith(("/v1/", "/v2/"))
 
 
 def error_response(

@@ -10,7 +10,18 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, PlainValidator, StrictBool, StrictInt, field_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    PlainValidator,
+    StrictBool,
+    StrictInt,
+    StrictStr,
+    field_validator,
+    model_validator,
+)
 from pydantic_core import PydanticCustomError
 
 # What an ``inputs`` / ``input`` field accepts: one text, texts, one token-id list, or token-id lists.
@@ -56,24 +67,26 @@ class RequestModel(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
 
+def _right_only(value: str) -> str:
+    if value.lower() != "right":
+        raise ValueError(
+            "only 'right' truncation is supported (the end of an over-long input is cut); "
+            "shorten the input yourself to keep its end, or omit truncation_direction"
+        )
+    return "right"
+
+
+TruncationDirection = Annotated[Literal["right", "Right", "left", "Left"], AfterValidator(_right_only)]
+
+
 # ---- TEI ----------------------------------------------------------------------------------------------
 class EmbedRequest(RequestModel):
     inputs: Inputs
     normalize: StrictBool = True
     truncate: StrictBool | None = Field(None, description="null: the server's --truncate default")
-    truncation_direction: Literal["right", "Right", "left", "Left"] = "right"
+    truncation_direction: TruncationDirection = "right"
     prompt_name: str | None = None
     dimensions: Dimensions | None = None
-
-    @field_validator("truncation_direction")
-    @classmethod
-    def _only_right(cls, value: str) -> str:
-        if value.lower() != "right":
-            raise ValueError(
-                "only 'right' truncation is supported (the end of an over-long input is cut); "
-                "shorten the input yourself to keep its end, or omit truncation_direction"
-            )
-        return "right"
 
 
 class TokenizeRequest(RequestModel):
@@ -88,6 +101,23 @@ class TokenizeRequest(RequestModel):
             if not isinstance(item, str):
                 raise ValueError(f"item {index} is a list of token ids; /tokenize takes texts")
         return value
+
+
+class RerankRequest(RequestModel):
+    """TEI ``POST /rerank``."""
+
+    query: StrictStr
+    texts: Annotated[list[StrictStr], Field(min_length=1)]
+    truncate: StrictBool | None = Field(None, description="null: the server's --truncate default")
+    truncation_direction: TruncationDirection = "right"
+    raw_scores: StrictBool = False
+    return_text: StrictBool = False
+
+
+class Rank(BaseModel):
+    index: int
+    score: float
+    text: str | None = None
 
 
 class SimpleToken(BaseModel):
@@ -188,3 +218,67 @@ class OpenAIError(BaseModel):
 
 class OpenAIErrorResponse(BaseModel):
     error: OpenAIError
+
+
+# ---- Cohere / Jina ------------------------------------------------------------------------------------
+class CohereRerankRequest(RequestModel):
+    """``POST /v1/rerank`` and ``/v2/rerank`` (Cohere; Jina and vLLM clients send the same fields)."""
+
+    model: str | None = None
+    query: StrictStr
+    documents: Annotated[list[StrictStr | dict[str, Any]], Field(min_length=1)]
+    top_n: Annotated[StrictInt, Field(ge=1)] | None = None
+    return_documents: StrictBool = False
+    rank_fields: Annotated[list[StrictStr], Field(min_length=1)] | None = None
+    # Cohere's chunking / per-document token cap: wde cuts each (query, document) pair at max_model_len
+    # instead, so only null is accepted (clients send null when unset).
+    max_chunks_per_doc: None = None
+    max_tokens_per_doc: None = None
+
+    @model_validator(mode="after")
+    def _documents_have_the_ranked_fields(self) -> CohereRerankRequest:
+        fields = self.rank_fields or ["text"]
+        for index, document in enumerate(self.documents):
+            if isinstance(document, dict):
+                for name in fields:
+                    if not isinstance(document.get(name), str):
+                        raise ValueError(
+                            f"documents[{index}] has no string field {name!r} (rank_fields: {fields})"
+                        )
+        return self
+
+    def document_texts(self) -> list[str]:
+        """What the model reads for each document: the string, its "text", or "field: value" lines of
+        rank_fields (Cohere's way of ranking structured documents)."""
+        fields = self.rank_fields or ["text"]
+        texts = []
+        for document in self.documents:
+            if isinstance(document, str):
+                texts.append(document)
+            elif self.rank_fields is None:
+                texts.append(document["text"])
+            else:
+                texts.append("\n".join(f"{name}: {document[name]}" for name in fields))
+        return texts
+
+
+class RerankDocument(BaseModel):
+    text: str
+
+
+class RerankResult(BaseModel):
+    index: int
+    relevance_score: float
+    document: RerankDocument | dict[str, Any] | None = None
+
+
+class RerankUsage(BaseModel):
+    total_tokens: int
+
+
+class CohereRerankResponse(BaseModel):
+    id: str
+    results: list[RerankResult]
+    meta: dict[str, Any]
+    model: str
+    usage: RerankUsage

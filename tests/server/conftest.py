@@ -3,13 +3,18 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Callable
-from contextlib import asynccontextmanager
+import socket
+import threading
+import time
+from collections.abc import AsyncIterator, Callable, Iterator
+from contextlib import asynccontextmanager, contextmanager
+from dataclasses import dataclass
 from typing import Any
 
 import httpx
 import numpy as np
 import pytest
+import uvicorn
 
 from server.app import create_app
 from server.app_state import AppState
@@ -67,3 +72,34 @@ def max_abs_diff(got: Any, expected: np.ndarray) -> float:
 
 def reference(llm: Any, texts: list[Any], **kwargs: Any) -> np.ndarray:
     return np.stack([output.embedding for output in llm.encode(texts, **kwargs)])
+
+
+@dataclass
+class LiveServer:
+    url: str
+    port: int
+
+
+@contextmanager
+def live_uvicorn(
+    engine: AsyncLLMEngine, settings: ServerSettings, timeout: float = 60.0
+) -> Iterator[LiveServer]:
+    """A real uvicorn on 127.0.0.1 (random free port, in a thread) over ``engine``, which outlives it."""
+    app = create_app(engine, settings)
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.bind(("127.0.0.1", 0))
+    port = sock.getsockname()[1]
+    server = uvicorn.Server(uvicorn.Config(app, lifespan="off", log_level="warning"))
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + timeout
+    while not server.started:
+        assert time.monotonic() < deadline and thread.is_alive(), "uvicorn did not start"
+        time.sleep(0.01)
+    try:
+        yield LiveServer(f"http://127.0.0.1:{port}", port)
+    finally:
+        server.should_exit = True
+        thread.join(timeout)
+        engine.remove_stats_listener(app.state.wde.metrics)
+        sock.close()

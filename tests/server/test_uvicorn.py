@@ -7,51 +7,34 @@ import asyncio
 import base64
 import json
 import socket
-import threading
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
 
 import httpx
 import numpy as np
 import pytest
-import uvicorn
 from prometheus_client.parser import text_string_to_metric_families
 
-from server.app import create_app
 from server.settings import ServerSettings
-from tests.server.conftest import LONG_TEXT, TEXTS, TOLERANCE, max_abs_diff, reference
+from tests.server.conftest import (
+    LONG_TEXT,
+    TEXTS,
+    TOLERANCE,
+    LiveServer,
+    live_uvicorn,
+    max_abs_diff,
+    reference,
+)
 from wde.engine.async_llm_engine import AsyncLLMEngine
 
 MODEL = "sentence-transformers/all-MiniLM-L6-v2"
 TIMEOUT = 60.0
 
 
-@dataclass
-class LiveServer:
-    url: str
-    port: int
-
-
 @pytest.fixture(scope="module")
 def live_server(async_engine: AsyncLLMEngine) -> Iterator[LiveServer]:
-    app = create_app(async_engine, ServerSettings(max_concurrent_requests=2))
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    sock.bind(("127.0.0.1", 0))
-    port = sock.getsockname()[1]
-    # lifespan off: the session engine outlives this server
-    server = uvicorn.Server(uvicorn.Config(app, lifespan="off", log_level="warning"))
-    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + TIMEOUT
-    while not server.started:
-        assert time.monotonic() < deadline and thread.is_alive(), "uvicorn did not start"
-        time.sleep(0.01)
-    yield LiveServer(f"http://127.0.0.1:{port}", port)
-    server.should_exit = True
-    thread.join(TIMEOUT)
-    async_engine.remove_stats_listener(app.state.wde.metrics)
-    sock.close()
+    with live_uvicorn(async_engine, ServerSettings(max_concurrent_requests=2)) as server:
+        yield server
 
 
 def scrape(url: str) -> dict[str, float]:

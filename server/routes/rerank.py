@@ -1,0 +1,77 @@
+"""Rerank routes: TEI ``POST /rerank`` and Cohere/Jina-style ``POST /v1/rerank`` and ``/v2/rerank``.
+
+A cross-encoder scores each (query, document) pair with its classifier; an embedding model by cosine
+similarity. Results are sorted by score, highest first, each with the document's original index.
+"""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+from fastapi import APIRouter, Request
+
+from server.app_state import get_state
+from server.protocol import CohereRerankRequest, CohereRerankResponse, Rank, RerankRequest
+from server.responses import ORJSONResponse
+
+router = APIRouter(tags=["rerank"])
+
+
+@router.post("/rerank", response_model=list[Rank], response_class=ORJSONResponse)
+async def rerank(body: RerankRequest, request: Request) -> ORJSONResponse:
+    state = get_state(request)
+    # 1. limits
+    state.check_num_inputs(len(body.texts), "texts")
+    # 2. the engine (bad input raises: 422 / 400)
+    results, _ = await state.engine.rerank(
+        body.query,
+        body.texts,
+        return_documents=body.return_text,
+        raw_scores=body.raw_scores,
+        truncate=body.truncate,
+    )
+    # 3. TEI's shape: [{"index", "score", "text"?}], best first
+    ranks: list[dict[str, Any]] = []
+    for result in results:
+        rank = {"index": result.index, "score": result.score}
+        if body.return_text:
+            rank["text"] = result.document
+        ranks.append(rank)
+    return ORJSONResponse(ranks)
+
+
+@router.post("/v1/rerank", response_model=CohereRerankResponse, response_class=ORJSONResponse)
+async def rerank_v1(body: CohereRerankRequest, request: Request) -> ORJSONResponse:
+    return await _cohere_rerank(body, request, api_version="1")
+
+
+@router.post("/v2/rerank", response_model=CohereRerankResponse, response_class=ORJSONResponse)
+async def rerank_v2(body: CohereRerankRequest, request: Request) -> ORJSONResponse:
+    return await _cohere_rerank(body, request, api_version="2")
+
+
+async def _cohere_rerank(body: CohereRerankRequest, request: Request, api_version: str) -> ORJSONResponse:
+    state = get_state(request)
+    # 1. the model and the limits
+    state.check_model(body.model)
+    state.check_num_inputs(len(body.documents), "documents")
+    # 2. the engine
+    results, num_tokens = await state.engine.rerank(body.query, body.document_texts(), top_n=body.top_n)
+    # 3. Cohere's shape (with Jina's model / usage alongside)
+    entries = []
+    for result in results:
+        entry: dict[str, Any] = {"index": result.index, "relevance_score": result.score}
+        if body.return_documents:
+            document = body.documents[result.index]
+            entry["document"] = {"text": document} if isinstance(document, str) else document
+        entries.append(entry)
+    return ORJSONResponse(
+        {
+            "id": str(uuid.uuid4()),
+            "results": entries,
+            "meta": {"api_version": {"version": api_version}, "billed_units": {"search_units": 1}},
+            "model": state.served_model_name,
+            "usage": {"total_tokens": num_tokens},
+        }
+    )
