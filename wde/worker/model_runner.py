@@ -91,11 +91,15 @@ class ModelRunnerBase:
         self.platform.reset_peak_memory()
         baseline = self.platform.memory_in_use_bytes()
         self.execute_model(self.prepare_inputs(self._dummy_requests(num_seqs, max_model_len)))
+        num_profile_tokens = num_seqs * max_model_len
+        measured = self.platform.peak_memory_bytes() - baseline
         self.memory_profile = MemoryProfile(
             total_bytes=self.platform.memory_info()[1],
             weight_bytes=self.weight_bytes,
-            peak_activation_bytes=max(0, self.platform.peak_memory_bytes() - baseline),
-            num_profile_tokens=num_seqs * max_model_len,
+            # A process that already ran bigger batches reuses freed memory (CPU RSS does not grow), so the
+            # measurement is floored by what the layers must hold at once.
+            peak_activation_bytes=max(measured, self._min_activation_bytes(num_profile_tokens)),
+            num_profile_tokens=num_profile_tokens,
         )
         logger.info(
             "profile run: %d x %d tokens, peak activation memory %.1f MiB",
@@ -154,6 +158,13 @@ class ModelRunnerBase:
 
     def has_pending_captures(self) -> bool:
         return self.cuda_graphs is not None and bool(self.cuda_graphs.pending_buckets())
+
+    def _min_activation_bytes(self, num_tokens: int) -> int:
+        """Lower bound of one layer's live activations: the MLP's intermediate states, fused QKV, the
+        padded attention copies and a few hidden-size temporaries, per token."""
+        hf_config = self.model_config.hf_config
+        per_token = hf_config["intermediate_size"] + 10 * hf_config["hidden_size"]
+        return num_tokens * per_token * self.dtype.itemsize
 
     def _dummy_requests(self, num_seqs: int, seq_len: int) -> list[Request]:
         token_id = int(self.model_config.hf_config.get("pad_token_id") or 0) + 1
