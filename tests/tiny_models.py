@@ -13,6 +13,7 @@ import shutil
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+import numpy as np
 import torch
 from safetensors.torch import load_file
 
@@ -152,3 +153,23 @@ def copy_as_pytorch_bin(source: Path, path: Path) -> Path:
     shutil.copytree(source, path, ignore=shutil.ignore_patterns("*.safetensors"))
     torch.save(load_file(str(source / "model.safetensors")), path / "pytorch_model.bin")
     return path
+
+
+def reference_logits(
+    path: Path, pairs: list[tuple[str, str]], max_length: int, truncation: str = "longest_first"
+) -> np.ndarray:
+    """transformers' sequence-classification logits ``[num_pairs, num_labels]`` (eager attention, padded)."""
+    from transformers import AutoModelForSequenceClassification, AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(path)
+    model = AutoModelForSequenceClassification.from_pretrained(path, attn_implementation="eager").eval()
+    features = tokenizer(
+        [a for a, _ in pairs],
+        [b for _, b in pairs],
+        truncation=truncation,
+        max_length=max_length,
+        padding=True,
+        return_tensors="pt",
+    )
+    with torch.inference_mode():
+        return model(**features).logits.float().numpy()

@@ -6,10 +6,9 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-import torch
 
 import wde
-from tests.tiny_models import BERT_MAX_POSITIONS, SEED, save_tiny_bert, save_tiny_xlmr
+from tests.tiny_models import BERT_MAX_POSITIONS, SEED, reference_logits, save_tiny_bert, save_tiny_xlmr
 
 LOGITS_ATOL = 1e-5  # float32, ours vs transformers
 MAX_LEN = BERT_MAX_POSITIONS  # both tiny models have 64 usable positions
@@ -65,20 +64,7 @@ def all_pairs() -> list[tuple[str, str]]:
 
 
 def hf_logits(path: Path, pairs: list[tuple[str, str]], truncation: str = "longest_first") -> np.ndarray:
-    from transformers import AutoModelForSequenceClassification, AutoTokenizer
-
-    tokenizer = AutoTokenizer.from_pretrained(path)
-    model = AutoModelForSequenceClassification.from_pretrained(path, attn_implementation="eager").eval()
-    features = tokenizer(
-        [a for a, _ in pairs],
-        [b for _, b in pairs],
-        truncation=truncation,
-        max_length=MAX_LEN,
-        padding=True,
-        return_tensors="pt",
-    )
-    with torch.inference_mode():
-        return model(**features).logits.float().numpy()
+    return reference_logits(path, pairs, MAX_LEN, truncation)
 
 
 def scores_of(outputs: list[wde.outputs.ScoreOutput]) -> np.ndarray:

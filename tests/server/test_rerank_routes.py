@@ -12,11 +12,10 @@ from pathlib import Path
 import httpx
 import numpy as np
 import pytest
-import torch
 
 from server.settings import ServerSettings
 from tests.server.conftest import LiveServer, asgi_client, live_uvicorn
-from tests.tiny_models import BERT_MAX_POSITIONS, SEED, save_tiny_bert
+from tests.tiny_models import BERT_MAX_POSITIONS, SEED, reference_logits, save_tiny_bert
 from wde import EngineArgs
 from wde.engine.async_llm_engine import AsyncLLMEngine
 
@@ -143,20 +142,8 @@ def cross_encoder_server(cross_encoder_dir: Path) -> Iterator[LiveServer]:
 
 
 def reference_scores(path: Path, query: str, documents: list[str]) -> np.ndarray:
-    from transformers import AutoModelForSequenceClassification, AutoTokenizer
-
-    tokenizer = AutoTokenizer.from_pretrained(path)
-    model = AutoModelForSequenceClassification.from_pretrained(path, attn_implementation="eager").eval()
-    features = tokenizer(
-        [query] * len(documents),
-        documents,
-        truncation=True,
-        max_length=BERT_MAX_POSITIONS,
-        padding=True,
-        return_tensors="pt",
-    )
-    with torch.inference_mode():
-        return torch.sigmoid(model(**features).logits[:, 0]).numpy()
+    logits = reference_logits(path, [(query, document) for document in documents], BERT_MAX_POSITIONS)
+    return 1 / (1 + np.exp(-logits[:, 0]))  # CrossEncoder's sigmoid for one label
 
 
 def test_cross_encoder_over_uvicorn_returns_cohere_shape_in_reference_order(

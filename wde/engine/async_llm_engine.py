@@ -31,7 +31,7 @@ from wde.engine.engine_thread import (
 )
 from wde.engine.errors import raise_for_errors
 from wde.engine.llm_engine import LLMEngine
-from wde.engine.scoring import CosinePlan, check_top_n, make_pairs, rank, rerank_pairs
+from wde.engine.scoring import CosinePlan, make_pairs, rank, rerank_documents
 from wde.engine_args import EngineArgs
 from wde.inputs import PoolingParams, PromptType
 from wde.outputs import EmbeddingOutput, RequestOutput, RerankResult, ScoreOutput
@@ -151,16 +151,8 @@ class AsyncLLMEngine:
     ) -> tuple[list[RerankResult], int]:
         """(documents sorted by relevance to ``query``, highest first, with their original ``index``;
         tokens processed)."""
-        pairs = rerank_pairs(query, documents)
-        check_top_n(top_n)
-        model_config = self.info.model_config
-        if model_config.task == "score" and model_config.num_labels != 1:
-            raise ValueError(
-                f"rerank needs one relevance score per pair; this model has {model_config.num_labels} labels"
-            )
-        scores = await self.score(
-            query, [document for _, document in pairs], truncate=truncate, raw_scores=raw_scores
-        )
+        texts = rerank_documents(query, documents, top_n, self.info.model_config)
+        scores = await self.score(query, texts, truncate=truncate, raw_scores=raw_scores)
         return rank(scores, documents, top_n, return_documents), sum(score.num_tokens for score in scores)
 
     def _check_task(self, task: str) -> None:

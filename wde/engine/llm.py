@@ -11,7 +11,7 @@ from tqdm.auto import tqdm
 
 from wde.engine.errors import raise_for_errors
 from wde.engine.llm_engine import LLMEngine
-from wde.engine.scoring import CosinePlan, check_top_n, make_pairs, rank, rerank_pairs
+from wde.engine.scoring import CosinePlan, make_pairs, rank, rerank_documents
 from wde.engine_args import EngineArgs
 from wde.inputs import PoolingParams, PromptType, TextPair
 from wde.outputs import EmbeddingOutput, RequestOutput, RerankResult, ScoreOutput
@@ -105,18 +105,8 @@ class LLM:
         batch_size: int | None = None,
     ) -> list[RerankResult]:
         """Documents sorted by relevance to ``query`` (highest first), each with its original ``index``."""
-        pairs = rerank_pairs(query, documents)
-        check_top_n(top_n)
-        num_labels = self.engine.model_config.num_labels
-        if self.engine.model_config.task == "score" and num_labels != 1:
-            raise ValueError(f"rerank needs one relevance score per pair; this model has {num_labels} labels")
-        scores = self.score(
-            query,
-            [document for _, document in pairs],
-            truncate=truncate,
-            raw_scores=raw_scores,
-            batch_size=batch_size,
-        )
+        texts = rerank_documents(query, documents, top_n, self.engine.model_config)
+        scores = self.score(query, texts, truncate=truncate, raw_scores=raw_scores, batch_size=batch_size)
         return rank(scores, documents, top_n, return_documents)
 
     def _run(

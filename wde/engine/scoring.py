@@ -9,6 +9,7 @@ from typing import Any
 
 import numpy as np
 
+from wde.config import ModelConfig
 from wde.inputs import TextPair
 from wde.outputs import EmbeddingOutput, RerankResult, ScoreOutput
 
@@ -45,9 +46,18 @@ def rerank_pairs(query: str, documents: Sequence[str]) -> list[TextPair]:
     return [(query, document) for document in _as_text_list("documents", documents)]
 
 
-def check_top_n(top_n: int | None) -> None:
+def rerank_documents(
+    query: str, documents: Sequence[str], top_n: int | None, model_config: ModelConfig
+) -> list[str]:
+    """Check a rerank call before anything runs; returns the documents to score against ``query``."""
+    pairs = rerank_pairs(query, documents)
     if top_n is not None and (isinstance(top_n, bool) or not isinstance(top_n, int) or top_n < 1):
         raise ValueError(f"top_n must be a positive int or None, got {top_n!r}")
+    if model_config.task == "score" and model_config.num_labels != 1:
+        raise ValueError(
+            f"rerank needs one relevance score per pair; this model has {model_config.num_labels} labels"
+        )
+    return [document for _, document in pairs]
 
 
 def rank(
