@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from wde.bench import peers
 from wde.bench.dataset import load_texts
 
 
@@ -66,7 +67,17 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--threads", type=int, default=None, help="torch intra-op threads (default: torch's)")
     parser.add_argument("--executor", default="auto", choices=["auto", "sync", "async"])
     parser.add_argument("--max-num-batched-tokens", type=int, default=None)
+    parser.add_argument(
+        "--peer",
+        action="append",
+        default=[],
+        choices=peers.PEER_NAMES,
+        help="also time a peer engine from its own venv (repeatable): infinity (`make peer-infinity`), "
+        "vllm (`make peer-vllm`)",
+    )
     args = parser.parse_args(argv)
+    if missing_peers := peers.missing(args.peer):
+        parser.error("\n".join(missing_peers))
 
     import torch
     from sentence_transformers import SentenceTransformer
@@ -110,6 +121,9 @@ def main(argv: list[str] | None = None) -> None:
     print("|---|---|---|---|---|")
     print(st.row(st))
     print(wde.row(st))
+    for peer in dict.fromkeys(args.peer):
+        for label, seconds in peers.measure(peer, model_path, texts, args.dtype, args.repeats):
+            print(Timing(label, seconds, num_tokens, len(texts)).row(st), flush=True)
     print(
         f"min cosine vs sentence-transformers: {cosine.min():.7f}; "
         f"max abs diff: {np.abs(ours - reference).max():.2e}"
