@@ -75,11 +75,14 @@ SERVER_HELP = {
 
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    # 1. bench: everything after the word goes to the benchmark's own parser
+    # 1. bench: everything after the word goes to the benchmark's own parser; with --server URL it is the
+    #    HTTP load benchmark against that running server, otherwise the offline one
     if argv and argv[0] == "bench":
-        from wde.bench.offline import main as bench_main
+        from wde.bench import offline, server_load
 
-        bench_main(argv[1:])
+        rest = argv[1:]
+        uses_server = any(arg == "--server" or arg.startswith("--server=") for arg in rest)
+        (server_load.main if uses_server else offline.main)(rest)
         return 0
     # 2. serve
     parser = build_parser()

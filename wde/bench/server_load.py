@@ -2,9 +2,9 @@
 ``POST /embed`` (how TEI clients call), next to in-process ``LLM.encode`` throughput on the same texts.
 
     python -m wde.bench.server_load --data ../shared/data/queries.jsonl --concurrency 1 32
-    python -m wde.bench.server_load --url http://127.0.0.1:8000 --concurrency 32   # a running server
+    wde bench --server http://127.0.0.1:8000 --concurrency 32   # a running server
 
-Without ``--url`` it starts ``wde serve`` on a free 127.0.0.1 port with the same model and dtype, and
+Without ``--server`` it starts ``wde serve`` on a free 127.0.0.1 port with the same model and dtype, and
 stops it (SIGTERM) at the end. The load generator shares the machine with the server: on a small machine
 its own CPU use is part of what the figures show.
 """
@@ -143,7 +143,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--data", default="../shared/data/queries.jsonl")
     parser.add_argument("--limit", type=int, default=2000, help="texts sent per concurrency level")
     parser.add_argument("--concurrency", type=int, nargs="+", default=[1, 32])
-    parser.add_argument("--url", default=None, help="a running server (default: start wde serve)")
+    parser.add_argument("--server", default=None, help="URL of a running server (default: start wde serve)")
     parser.add_argument(
         "--model", default=None, help="local HF directory (default: bundled all-MiniLM-L6-v2)"
     )
@@ -156,11 +156,12 @@ def main(argv: list[str] | None = None) -> None:
 
     # 1. in process, alone on the machine
     texts_per_s, tokens_per_s = (
-        (None, None) if args.url else in_process_texts_per_s(args.model, args.dtype, texts)
+        (None, None) if args.server else in_process_texts_per_s(args.model, args.dtype, texts)
     )
     # 2. over HTTP
     results = []
-    with served(args.model, args.dtype, args.serve_arg) if args.url is None else _given(args.url) as url:
+    server = served(args.model, args.dtype, args.serve_arg) if args.server is None else _given(args.server)
+    with server as url:
         for concurrency in args.concurrency:
             results.append(asyncio.run(drive(url, texts, concurrency)))
     # 3. report
