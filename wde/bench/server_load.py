@@ -14,9 +14,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
-import signal
-import socket
-import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -27,6 +24,7 @@ from typing import Any
 import numpy as np
 
 from wde.bench.dataset import load_texts
+from wde.bench.subprocess_server import free_port, serving
 
 STARTUP_TIMEOUT_S = 180.0
 REQUEST_TIMEOUT_S = 120.0
@@ -85,42 +83,15 @@ async def drive(
     return LoadResult(concurrency, len(latencies), seconds, latencies, num_errors)
 
 
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 @contextmanager
 def served(model: str | None, dtype: str, extra_args: list[str]) -> Iterator[str]:
     """``wde serve`` in a subprocess until the block ends; yields its URL once /health answers 200."""
-    import httpx
-
     port = free_port()
     command = [sys.executable, "-m", "server.cli", "serve", *([model] if model else [])]
     command += ["--port", str(port), "--dtype", dtype, "--max-concurrent-requests", "4096", *extra_args]
-    process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + STARTUP_TIMEOUT_S
-        while True:
-            if process.poll() is not None:
-                raise RuntimeError(f"wde serve exited: {process.stderr.read().decode()[-2000:]}")
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"wde serve was not healthy within {STARTUP_TIMEOUT_S} s")
-            try:
-                if httpx.get(f"{url}/health", timeout=1.0).status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            time.sleep(0.2)
+    with serving("wde serve", command, f"{url}/health", STARTUP_TIMEOUT_S):
         yield url
-    finally:
-        process.send_signal(signal.SIGTERM)
-        try:
-            process.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            process.kill()
 
 
 def in_process_texts_per_s(model: str | None, dtype: str, texts: list[str]) -> tuple[float, float]:
