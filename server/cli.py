@@ -53,6 +53,7 @@ ENGINE_HELP = {
     "cuda_graph_buckets": "padded token counts to capture as CUDA graphs (CUDA only)",
     "score_activation": "cross-encoders: the activation of the scores (default: the model's)",
     "pair_truncation": "cross-encoders: longest_first, or only_second to keep the query whole",
+    "compile_model": "torch.compile each layer's MLP block: slower start-up, faster batches",
 }
 ENGINE_CHOICES: dict[str, Sequence[str]] = {
     "task": TASKS,

@@ -123,6 +123,7 @@ class DeviceConfig:
     gpu_memory_utilization: float = 0.3
     cuda_graph_mode: str = "lazy"
     cuda_graph_buckets: list[int] | None = None  # None: powers of two from 256 up to the token budget
+    compile_model: bool = False  # torch.compile the token-wise blocks (costs start-up time)
 
     def verify(self) -> None:
         if not 0 < self.gpu_memory_utilization <= 1:

@@ -48,6 +48,7 @@ class EngineArgs:
     gpu_memory_utilization: float = 0.3  # share of memory an "auto" token budget may fill
     cuda_graph_mode: str = "lazy"  # none | eager | lazy | idle (CUDA only)
     cuda_graph_buckets: list[int] | None = None  # padded token counts to capture (CUDA only)
+    compile_model: bool = False  # torch.compile each layer's MLP block (start-up cost, faster batches)
     truncate: bool = True
     pooling: str | None = None  # override the model's pooling method: cls, mean, max, last
     normalize: bool | None = None  # override the model's default normalization
@@ -120,6 +121,7 @@ class EngineArgs:
                 gpu_memory_utilization=self.gpu_memory_utilization,
                 cuda_graph_mode=self.cuda_graph_mode,
                 cuda_graph_buckets=self.cuda_graph_buckets,
+                compile_model=self.compile_model,
             ),
         )
         config.verify()

@@ -315,3 +315,17 @@ def test_unsupported_architecture_is_named(bert_dir: Path, tmp_path: Path) -> No
         EngineArgs(model=str(model_dir)).create_engine_config()
     for supported in MODEL_REGISTRY:
         assert supported in str(error.value)
+
+
+COMPILE_ATOL = 1e-5  # inductor may reorder float32 reductions; nothing more
+
+
+def test_compiled_blocks_equal_eager(bert_dir: Path) -> None:
+    texts = ["hello world", "a longer sentence about packages and their descriptions", "x"]
+    eager = wde.LLM(model=str(bert_dir), pooling="mean", normalize=False)
+    compiled = wde.LLM(model=str(bert_dir), pooling="mean", normalize=False, compile_model=True)
+    expected = np.stack([out.embedding for out in eager.encode(texts)])
+    got = np.stack([out.embedding for out in compiled.encode(texts)])
+    assert np.abs(got - expected).max() <= COMPILE_ATOL
+    first_layer = compiled.engine.runner.model.encoder.layer[0]
+    assert "mlp" in vars(first_layer)  # the compiled callable shadows the eager method

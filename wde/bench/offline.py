@@ -67,6 +67,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--threads", type=int, default=None, help="torch intra-op threads (default: torch's)")
     parser.add_argument("--executor", default="auto", choices=["auto", "sync", "async"])
     parser.add_argument("--max-num-batched-tokens", type=int, default=None)
+    parser.add_argument("--compile", action="store_true", help="torch.compile wde's MLP blocks")
     parser.add_argument(
         "--peer",
         action="append",
@@ -95,6 +96,7 @@ def main(argv: list[str] | None = None) -> None:
         dtype=args.dtype,
         executor=args.executor,
         max_num_batched_tokens=args.max_num_batched_tokens,
+        compile_model=args.compile,
     )
     num_tokens = sum(len(enc.token_ids) for enc in llm.engine.tokenizer.encode_batch(texts))
     st_dtype = {"float32": torch.float32, "bfloat16": torch.bfloat16}[args.dtype]

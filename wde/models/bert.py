@@ -83,8 +83,12 @@ class BertLayer(nn.Module):
 
     def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
         attn_out = self.attention(hidden_states)  # [num_tokens, hidden_size]
+        return self.mlp(attn_out)
+
+    def mlp(self, attn_out: torch.Tensor) -> torch.Tensor:
+        """intermediate -> activation -> output dense -> residual + LayerNorm (what torch.compile fuses)."""
         mlp_hidden = self.act_fn(self.intermediate(attn_out))  # [num_tokens, intermediate_size]
-        return self.output(mlp_hidden, attn_out)
+        return self.output(mlp_hidden, attn_out)  # [num_tokens, hidden_size]
 
 
 class BertEncoder(nn.Module):
@@ -131,6 +135,12 @@ class BertModel(nn.Module):
     ) -> torch.Tensor:
         return self.encoder(self.embeddings(input_ids, positions, token_type_ids))
 
+    def compile_blocks(self) -> None:
+        """torch.compile the token-wise parts (each layer's MLP + residual + LayerNorm) with dynamic token
+        counts; attention stays eager (its per-batch grouping is data-dependent)."""
+        for layer in self.encoder.layer:
+            layer.mlp = torch.compile(layer.mlp, dynamic=True)
+
     def load_weights(self, weights: Iterable[tuple[str, torch.Tensor]]) -> set[str]:
         """Copy HF-named tensors in (fusing query/key/value); returns the parameter names loaded."""
         return load_named_weights(self, weights, self.weight_prefixes)
@@ -154,6 +164,9 @@ class BertForSequenceClassification(nn.Module):
     def compute_logits(self, hidden_states: torch.Tensor, first_token_index: torch.Tensor) -> torch.Tensor:
         first_token_states = hidden_states.index_select(0, first_token_index)  # [num_seqs, hidden_size]
         return self.classifier(self.bert.pooler(first_token_states))  # [num_seqs, num_labels]
+
+    def compile_blocks(self) -> None:
+        self.bert.compile_blocks()
 
     def load_weights(self, weights: Iterable[tuple[str, torch.Tensor]]) -> set[str]:
         return load_named_weights(self, weights, prefixes=())

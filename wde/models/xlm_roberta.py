@@ -50,5 +50,8 @@ class XLMRobertaForSequenceClassification(nn.Module):
         first_token_states = hidden_states.index_select(0, first_token_index)  # [num_seqs, hidden_size]
         return self.classifier(first_token_states)  # [num_seqs, num_labels]
 
+    def compile_blocks(self) -> None:
+        self.roberta.compile_blocks()
+
     def load_weights(self, weights: Iterable[tuple[str, torch.Tensor]]) -> set[str]:
         return load_named_weights(self, weights, prefixes=())

@@ -65,6 +65,8 @@ class ModelRunnerBase:
     def load_model(self) -> None:
         start = time.perf_counter()
         self.model = load_model(self.model_config, self.attn_backend, self.device, self.dtype)
+        if self.engine_config.device_config.compile_model:
+            self.model.compile_blocks()  # compiled on the first batches (the profile run warms it up)
         num_params = sum(p.numel() for p in self.model.parameters())
         self.weight_bytes = sum(p.numel() * p.element_size() for p in self.model.parameters())
         logger.info(
