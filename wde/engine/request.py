@@ -35,7 +35,7 @@ class Request:
     scheduled_time: float | None = None
     status: RequestStatus = RequestStatus.WAITING
     error: Exception | None = None
-    num_truncated_tokens: int = 0
+    truncated: bool = False  # cut to max_model_len
 
     @property
     def is_tokenized(self) -> bool:

@@ -46,7 +46,7 @@ class RequestProcessor:
                 continue
             request.token_ids = encoding.token_ids
             request.token_type_ids = encoding.token_type_ids
-            request.num_truncated_tokens = int(encoding.truncated)
+            request.truncated = encoding.truncated
         return len(to_tokenize)
 
     def _encode_one(self, text: TextInput) -> TokenizedInput | Exception:
@@ -64,13 +64,12 @@ class RequestProcessor:
         return self.model_config.prompts[prompt_name] + request.text
 
     def _truncate_token_ids(self, request: Request) -> None:
+        """Token-id inputs are cut to max_model_len as given (the InputProcessor already refused over-long
+        ones whose request asked not to truncate)."""
         max_model_len = self.model_config.max_model_len
         if len(request.token_ids) <= max_model_len:
             return
-        if not request.truncate:
-            request.fail(self._too_long(len(request.token_ids)))
-            return
-        request.num_truncated_tokens = len(request.token_ids) - max_model_len
+        request.truncated = True
         request.token_ids = request.token_ids[:max_model_len]
         if request.token_type_ids is not None:
             request.token_type_ids = request.token_type_ids[:max_model_len]

@@ -124,4 +124,4 @@ def test_over_long_request_is_truncated_by_default(make_scheduler: SchedulerFact
     output = scheduler.schedule()
     assert output.scheduled_requests == [request]
     assert request.num_tokens == 16 and request.token_ids[-1] == 102
-    assert request.num_truncated_tokens > 0
+    assert request.truncated
