@@ -22,10 +22,6 @@ class SchedulerOutput:
     num_tokenized: int = 0  # requests tokenized by this step's batched call
     tokenize_seconds: float = 0.0
 
-    @property
-    def is_empty(self) -> bool:
-        return not self.scheduled_requests and not self.failed_requests
-
 
 class Scheduler:
     def __init__(
