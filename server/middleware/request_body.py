@@ -4,7 +4,8 @@ its engine requests are aborted instead of computed for nobody."""
 
 from __future__ import annotations
 
-import anyio
+import asyncio
+
 from starlette.datastructures import Headers
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
@@ -51,7 +52,10 @@ class RequestBodyMiddleware:
                 return b"".join(chunks)
 
     async def _run_until_disconnect(self, scope: Scope, receive: Receive, send: Send, body: bytes) -> None:
-        disconnected = anyio.Event()
+        """Plain asyncio rather than an anyio task group: this runs once per request, and a watcher task
+        plus ``Task.cancel`` costs a fraction of a task group's scopes on the event loop thread."""
+        handler = asyncio.current_task()
+        disconnected = asyncio.Event()
         response_complete = False
         body_sent = False
 
@@ -69,18 +73,23 @@ class RequestBodyMiddleware:
             if message["type"] == "http.response.body" and not message.get("more_body", False):
                 response_complete = True
 
-        async with anyio.create_task_group() as task_group:
+        async def watch_disconnect() -> None:
+            while (await receive())["type"] != "http.disconnect":
+                pass
+            disconnected.set()
+            if not response_complete and handler is not None:
+                handler.cancel()
 
-            async def watch_disconnect() -> None:
-                while (await receive())["type"] != "http.disconnect":
-                    pass
-                disconnected.set()
-                if not response_complete:
-                    task_group.cancel_scope.cancel()
-
-            task_group.start_soon(watch_disconnect)
+        watcher = asyncio.get_running_loop().create_task(watch_disconnect())
+        try:
             await self.app(scope, replay_body, send_and_track)
-            task_group.cancel_scope.cancel()
+        except asyncio.CancelledError:
+            if not disconnected.is_set() or response_complete:
+                raise  # cancelled from outside (shutdown): not ours to swallow
+            if handler is not None and hasattr(handler, "uncancel"):  # Python >= 3.11
+                handler.uncancel()
+        finally:
+            watcher.cancel()
 
     async def _too_large(self, scope: Scope, receive: Receive, send: Send) -> None:
         error = PayloadTooLargeError(

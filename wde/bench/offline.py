@@ -1,5 +1,7 @@
 """Offline throughput: ``LLM.encode`` against ``SentenceTransformer.encode`` on the same texts, model and
-dtype, in one run, with the min cosine of our embeddings against the reference.
+dtype, in one run: tokens/s and texts/s (min / median / max over repeats), useful GFLOP/s against a
+``torch.mm`` peak measured in the same run (wde.bench.flops), and the min cosine of our embeddings against
+the reference, so a speed-up cannot hide a wrong answer.
 
     python -m wde.bench.offline --data ../shared/data/docs.jsonl
 """
@@ -16,6 +18,7 @@ import numpy as np
 
 from wde.bench import peers
 from wde.bench.dataset import load_texts
+from wde.bench.flops import encoder_flops, matmul_peak_gflops
 
 
 @dataclass
@@ -24,6 +27,7 @@ class Timing:
     seconds: list[float]
     num_tokens: int
     num_texts: int
+    flops: int  # useful FLOPs of one pass over the texts (wde.bench.flops.encoder_flops)
 
     def tokens_per_s(self, seconds: float) -> float:
         return self.num_tokens / seconds
@@ -32,13 +36,16 @@ class Timing:
     def median(self) -> float:
         return statistics.median(self.seconds)
 
-    def row(self, baseline: Timing) -> str:
-        """A markdown table row; the ratio is throughput over the baseline's (medians)."""
+    def row(self, baseline: Timing, peak_gflops: float) -> str:
+        """A markdown table row; the ratio is throughput over the baseline's (medians), GFLOP/s also as a
+        share of the measured matmul peak."""
         best, median, worst = min(self.seconds), self.median, max(self.seconds)
         ratio = f"{baseline.median / median:.2f}x"
         return (
             f"| {self.name} | {self.tokens_per_s(median):,.0f} | {self.tokens_per_s(worst):,.0f} / "
-            f"{self.tokens_per_s(best):,.0f} | {self.num_texts / median:,.1f} | {ratio} |"
+            f"{self.tokens_per_s(best):,.0f} | {self.num_texts / median:,.1f} | "
+            f"{self.flops / median / 1e9:,.1f} ({self.flops / median / 1e9 / peak_gflops:.0%} of peak) | "
+            f"{ratio} |"
         )
 
 
@@ -98,7 +105,8 @@ def main(argv: list[str] | None = None) -> None:
         max_num_batched_tokens=args.max_num_batched_tokens,
         compile_model=args.compile,
     )
-    num_tokens = sum(len(enc.token_ids) for enc in llm.engine.tokenizer.encode_batch(texts))
+    seq_lens = [len(enc.token_ids) for enc in llm.engine.tokenizer.encode_batch(texts)]
+    num_tokens, flops = sum(seq_lens), encoder_flops(llm.model_config.hf_config, seq_lens)
     st_dtype = {"float32": torch.float32, "bfloat16": torch.bfloat16}[args.dtype]
     st_model = SentenceTransformer(model_path, device="cpu", model_kwargs={"torch_dtype": st_dtype})
     engine_config = llm.engine.engine_config
@@ -109,6 +117,12 @@ def main(argv: list[str] | None = None) -> None:
         f"max_num_batched_tokens {engine_config.scheduler_config.max_num_batched_tokens}, "
         f"{args.repeats} repeats"
     )
+    peak = matmul_peak_gflops(llm.model_config.hf_config, st_dtype)
+    print(
+        f"# useful work {flops / 1e9:,.1f} GFLOP ({flops / num_tokens / 1e6:.1f} MFLOP/token); "
+        f"torch.mm peak on the largest GEMM in this run: {peak:,.1f} GFLOP/s "
+        f"(ceiling {peak * 1e9 * num_tokens / flops:,.0f} tokens/s)"
+    )
 
     st_seconds, reference = time_runs(
         lambda: st_model.encode(texts, batch_size=args.st_batch_size, convert_to_numpy=True), args.repeats
@@ -117,15 +131,20 @@ def main(argv: list[str] | None = None) -> None:
     reference = reference.astype(np.float32)
     cosine = (ours * reference).sum(1) / (np.linalg.norm(ours, axis=1) * np.linalg.norm(reference, axis=1))
 
-    st = Timing(f"sentence-transformers (batch {args.st_batch_size})", st_seconds, num_tokens, len(texts))
-    wde = Timing("wde LLM.encode", wde_seconds, num_tokens, len(texts))
-    print("| system | tokens/s (median) | tokens/s (min / max) | texts/s | vs sentence-transformers |")
-    print("|---|---|---|---|---|")
-    print(st.row(st))
-    print(wde.row(st))
+    st = Timing(
+        f"sentence-transformers (batch {args.st_batch_size})", st_seconds, num_tokens, len(texts), flops
+    )
+    wde = Timing("wde LLM.encode", wde_seconds, num_tokens, len(texts), flops)
+    print(
+        "| system | tokens/s (median) | tokens/s (min / max) | texts/s | useful GFLOP/s "
+        "| vs sentence-transformers |"
+    )
+    print("|---|---|---|---|---|---|")
+    print(st.row(st, peak))
+    print(wde.row(st, peak))
     for peer in dict.fromkeys(args.peer):
         for label, seconds in peers.measure(peer, model_path, texts, args.dtype, args.repeats):
-            print(Timing(label, seconds, num_tokens, len(texts)).row(st), flush=True)
+            print(Timing(label, seconds, num_tokens, len(texts), flops).row(st, peak), flush=True)
     print(
         f"min cosine vs sentence-transformers: {cosine.min():.7f}; "
         f"max abs diff: {np.abs(ours - reference).max():.2e}"

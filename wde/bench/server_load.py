@@ -59,26 +59,33 @@ async def drive(
 ) -> LoadResult:
     """``concurrency`` clients, each sending the next text as soon as its previous answer came back.
     ``body`` turns an item of ``texts`` (a text, or a list of texts for batched requests) into the JSON
-    posted to ``path``."""
-    import httpx
+    posted to ``path``. aiohttp keeps the generator's own CPU use low (about a third of httpx's per
+    request), which matters when it shares the machine with the server."""
+    import aiohttp
 
     pending = iter(texts)
     latencies: list[float] = []
     num_errors = 0
 
-    async def client_loop(client: httpx.AsyncClient) -> None:
-        nonlocal num_errors
-        for text in pending:
-            start = time.perf_counter()
-            response = await client.post(path, json=body(text))
-            latencies.append(time.perf_counter() - start)
-            num_errors += response.status_code != 200
+    async def post(session: aiohttp.ClientSession, item: Any) -> int:
+        async with session.post(path, json=body(item)) as response:
+            await response.read()
+            return response.status
 
-    limits = httpx.Limits(max_connections=concurrency, max_keepalive_connections=concurrency)
-    async with httpx.AsyncClient(base_url=url, limits=limits, timeout=REQUEST_TIMEOUT_S) as client:
-        await client.post(path, json=body(texts[0]))  # warm-up
+    async def client_loop(session: aiohttp.ClientSession) -> None:
+        nonlocal num_errors
+        for item in pending:
+            start = time.perf_counter()
+            status = await post(session, item)
+            latencies.append(time.perf_counter() - start)
+            num_errors += status != 200
+
+    connector = aiohttp.TCPConnector(limit=concurrency)
+    timeout = aiohttp.ClientTimeout(total=REQUEST_TIMEOUT_S)
+    async with aiohttp.ClientSession(url, connector=connector, timeout=timeout) as session:
+        await post(session, texts[0])  # warm-up
         start = time.perf_counter()
-        await asyncio.gather(*(client_loop(client) for _ in range(concurrency)))
+        await asyncio.gather(*(client_loop(session) for _ in range(concurrency)))
         seconds = time.perf_counter() - start
     return LoadResult(concurrency, len(latencies), seconds, latencies, num_errors)
 
