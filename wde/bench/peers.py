@@ -20,6 +20,8 @@ import json
 import os
 import subprocess
 import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -95,6 +97,24 @@ def measure(
 
 
 def measure_infinity(model: str, texts: list[str], dtype: str, repeats: int) -> list[tuple[str, list[float]]]:
+    chunks = [texts[i : i + INFINITY_BATCH_SIZE] for i in range(0, len(texts), INFINITY_BATCH_SIZE)]
+    with infinity_server(model, dtype) as url:
+        _check_infinity_answer(url, chunks[0])
+        batched = _time_http(url, chunks, INFINITY_BATCH_IN_FLIGHT, repeats)
+        single = _time_http(url, texts, INFINITY_CONCURRENCY, repeats)
+    return [
+        (
+            f"Infinity HTTP ({INFINITY_BATCH_SIZE} texts/request, {INFINITY_BATCH_IN_FLIGHT} in flight)",
+            batched,
+        ),
+        (f"Infinity HTTP (1 text/request, {INFINITY_CONCURRENCY} in flight)", single),
+    ]
+
+
+@contextmanager
+def infinity_server(model: str, dtype: str) -> Iterator[str]:
+    """Infinity's server (torch engine, CPU, no cache, no compile) on a free 127.0.0.1 port until the block
+    ends; yields its URL once /health answers. Its embeddings route is ``POST /embeddings``."""
     port = free_port()
     command = [
         str(executable("infinity")),
@@ -111,22 +131,11 @@ def measure_infinity(model: str, texts: list[str], dtype: str, repeats: int) -> 
         "--port", str(port),
         "--log-level", "warning",
     ]  # fmt: skip
-    chunks = [texts[i : i + INFINITY_BATCH_SIZE] for i in range(0, len(texts), INFINITY_BATCH_SIZE)]
     url = f"http://127.0.0.1:{port}"
-    health_url = f"{url}/health"
     with serving(
-        "Infinity", command, health_url, INFINITY_STARTUP_TIMEOUT_S, QUIET_ENV, tempfile.gettempdir()
+        "Infinity", command, f"{url}/health", INFINITY_STARTUP_TIMEOUT_S, QUIET_ENV, tempfile.gettempdir()
     ):
-        _check_infinity_answer(url, chunks[0])
-        batched = _time_http(url, chunks, INFINITY_BATCH_IN_FLIGHT, repeats)
-        single = _time_http(url, texts, INFINITY_CONCURRENCY, repeats)
-    return [
-        (
-            f"Infinity HTTP ({INFINITY_BATCH_SIZE} texts/request, {INFINITY_BATCH_IN_FLIGHT} in flight)",
-            batched,
-        ),
-        (f"Infinity HTTP (1 text/request, {INFINITY_CONCURRENCY} in flight)", single),
-    ]
+        yield url
 
 
 def infinity_body(item: str | list[str]) -> dict[str, Any]:

@@ -2,6 +2,7 @@
 ``POST /embed`` (how TEI clients call), next to in-process ``LLM.encode`` throughput on the same texts.
 
     python -m wde.bench.server_load --data ../shared/data/queries.jsonl --concurrency 1 32
+    python -m wde.bench.server_load --words 10 --concurrency 1 --peer infinity   # one 10-word query at a time
     wde bench --server http://127.0.0.1:8000 --concurrency 32   # a running server
 
 Without ``--server`` it starts ``wde serve`` on a free 127.0.0.1 port with the same model and dtype, and
@@ -23,11 +24,13 @@ from typing import Any
 
 import numpy as np
 
+from wde.bench import peers
 from wde.bench.dataset import load_texts
 from wde.bench.subprocess_server import free_port, serving
 
 STARTUP_TIMEOUT_S = 180.0
 REQUEST_TIMEOUT_S = 120.0
+WARMUP_REQUESTS = 64
 
 
 @dataclass
@@ -37,6 +40,7 @@ class LoadResult:
     seconds: float
     latencies: list[float]
     num_errors: int
+    client_cpu_s: float  # CPU time of the load generator's process while it ran
 
     @property
     def requests_per_s(self) -> float:
@@ -84,10 +88,10 @@ async def drive(
     timeout = aiohttp.ClientTimeout(total=REQUEST_TIMEOUT_S)
     async with aiohttp.ClientSession(url, connector=connector, timeout=timeout) as session:
         await post(session, texts[0])  # warm-up
-        start = time.perf_counter()
+        start, start_cpu = time.perf_counter(), time.process_time()
         await asyncio.gather(*(client_loop(session) for _ in range(concurrency)))
-        seconds = time.perf_counter() - start
-    return LoadResult(concurrency, len(latencies), seconds, latencies, num_errors)
+        seconds, client_cpu_s = time.perf_counter() - start, time.process_time() - start_cpu
+    return LoadResult(concurrency, len(latencies), seconds, latencies, num_errors, client_cpu_s)
 
 
 @contextmanager
@@ -120,6 +124,9 @@ def main(argv: list[str] | None = None) -> None:
     )
     parser.add_argument("--data", default="../shared/data/queries.jsonl")
     parser.add_argument("--limit", type=int, default=2000, help="texts sent per concurrency level")
+    parser.add_argument(
+        "--words", type=int, default=None, help="only the texts of exactly this many words (e.g. 10)"
+    )
     parser.add_argument("--concurrency", type=int, nargs="+", default=[1, 32])
     parser.add_argument("--server", default=None, help="URL of a running server (default: start wde serve)")
     parser.add_argument(
@@ -129,35 +136,73 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument(
         "--serve-arg", action="append", default=[], help="extra `wde serve` flag (repeatable)"
     )
+    parser.add_argument(
+        "--peer",
+        action="append",
+        default=[],
+        choices=["infinity"],
+        help="also load Infinity's server (`make peer-infinity`) with the same texts, one per request",
+    )
     args = parser.parse_args(argv)
-    texts = load_texts(args.data, args.limit)
+    if missing_peers := peers.missing(args.peer):
+        parser.error("\n".join(missing_peers))
+    texts = texts_with_words(load_texts(args.data), args.words)[: args.limit]
+    if not texts:
+        parser.error(f"{args.data} has no text of exactly {args.words} words")
 
     # 1. in process, alone on the machine
     texts_per_s, tokens_per_s = (
         (None, None) if args.server else in_process_texts_per_s(args.model, args.dtype, texts)
     )
-    # 2. over HTTP
-    results = []
+    # 2. over HTTP: wde, then each peer, with the same texts and load
+    results: list[tuple[str, LoadResult]] = []
     server = served(args.model, args.dtype, args.serve_arg) if args.server is None else _given(args.server)
     with server as url:
-        for concurrency in args.concurrency:
-            results.append(asyncio.run(drive(url, texts, concurrency)))
+        results += [("wde POST /embed", result) for result in load_levels(url, texts, args.concurrency)]
+    if "infinity" in args.peer:
+        from wde.engine_args import default_model_path
+
+        model = args.model or default_model_path()
+        with peers.infinity_server(model, args.dtype) as url:
+            infinity = load_levels(url, texts, args.concurrency, "/embeddings", peers.infinity_body)
+        results += [("Infinity POST /embeddings", result) for result in infinity]
     # 3. report
+    words = f" of {args.words} words" if args.words else ""
     print(
-        f"# {len(texts)} texts from {args.data}, one text per POST /embed, dtype {args.dtype}, "
+        f"# {len(texts)} texts{words} from {args.data}, one text per request, dtype {args.dtype}, "
         f"{os.cpu_count()} CPUs shared by server and load generator"
     )
     if texts_per_s is not None:
         print(f"in-process LLM.encode: {texts_per_s:,.1f} texts/s ({tokens_per_s:,.0f} tokens/s)")
-    print("| concurrency | requests/s | p50 ms | p95 ms | p99 ms | errors | vs in-process |")
-    print("|---|---|---|---|---|---|---|")
-    for result in results:
+    print(
+        "| server | concurrency | requests/s | p50 ms | p95 ms | p99 ms | errors | vs in-process "
+        "| load generator CPU ms/request |"
+    )
+    print("|---|---|---|---|---|---|---|---|---|")
+    for name, result in results:
         ratio = f"{result.requests_per_s / texts_per_s:.0%}" if texts_per_s else "n/a"
         print(
-            f"| {result.concurrency} | {result.requests_per_s:,.1f} | {result.percentile_ms(50):.1f} | "
-            f"{result.percentile_ms(95):.1f} | {result.percentile_ms(99):.1f} | {result.num_errors} | "
-            f"{ratio} |"
+            f"| {name} | {result.concurrency} | {result.requests_per_s:,.1f} | "
+            f"{result.percentile_ms(50):.1f} | {result.percentile_ms(95):.1f} | "
+            f"{result.percentile_ms(99):.1f} | {result.num_errors} | "
+            f"{ratio} | {result.client_cpu_s / result.num_requests * 1000:.2f} |"
         )
+
+
+def texts_with_words(texts: list[str], num_words: int | None) -> list[str]:
+    return texts if num_words is None else [text for text in texts if len(text.split()) == num_words]
+
+
+def load_levels(
+    url: str,
+    texts: Sequence[Any],
+    concurrencies: Sequence[int],
+    path: str = "/embed",
+    body: Callable[[Any], dict[str, Any]] = tei_body,
+) -> list[LoadResult]:
+    """One untimed warm-up pass over the first texts, then every concurrency level over all texts."""
+    asyncio.run(drive(url, texts[:WARMUP_REQUESTS], max(concurrencies), path, body))
+    return [asyncio.run(drive(url, texts, concurrency, path, body)) for concurrency in concurrencies]
 
 
 @contextmanager
