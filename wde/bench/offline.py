@@ -1,7 +1,8 @@
-"""Offline throughput: ``LLM.encode`` against ``SentenceTransformer.encode`` on the same texts, model and
-dtype, in one run: tokens/s and texts/s (min / median / max over repeats), useful GFLOP/s against a
-``torch.mm`` peak measured in the same run (wde.bench.flops), and the min cosine of our embeddings against
-the reference, so a speed-up cannot hide a wrong answer.
+"""Offline throughput: ``LLM.encode`` against ``SentenceTransformer.encode`` on the same texts and model, in
+one run: tokens/s and texts/s (min / median / max over repeats), useful GFLOP/s against a ``torch.mm`` peak
+measured in the same run (wde.bench.flops), and the min cosine of our embeddings against the float32
+reference, so a speed-up cannot hide a wrong answer. Every ratio is against sentence-transformers float32;
+with ``--dtype bfloat16`` sentence-transformers bfloat16, wde and the peers run in bfloat16 too.
 
     python -m wde.bench.offline --data ../shared/data/docs.jsonl
 """
@@ -28,6 +29,7 @@ class Timing:
     num_tokens: int
     num_texts: int
     flops: int  # useful FLOPs of one pass over the texts (wde.bench.flops.encoder_flops)
+    peak_gflops: float  # torch.mm peak of this row's dtype, measured in the same run
 
     def tokens_per_s(self, seconds: float) -> float:
         return self.num_tokens / seconds
@@ -36,15 +38,16 @@ class Timing:
     def median(self) -> float:
         return statistics.median(self.seconds)
 
-    def row(self, baseline: Timing, peak_gflops: float) -> str:
+    def row(self, baseline: Timing) -> str:
         """A markdown table row; the ratio is throughput over the baseline's (medians), GFLOP/s also as a
         share of the measured matmul peak."""
         best, median, worst = min(self.seconds), self.median, max(self.seconds)
+        gflops = self.flops / median / 1e9
         ratio = f"{baseline.median / median:.2f}x"
         return (
             f"| {self.name} | {self.tokens_per_s(median):,.0f} | {self.tokens_per_s(worst):,.0f} / "
             f"{self.tokens_per_s(best):,.0f} | {self.num_texts / median:,.1f} | "
-            f"{self.flops / median / 1e9:,.1f} ({self.flops / median / 1e9 / peak_gflops:.0%} of peak) | "
+            f"{gflops:,.1f} ({gflops / self.peak_gflops:.0%} of peak) | "
             f"{ratio} |"
         )
 
@@ -107,8 +110,6 @@ def main(argv: list[str] | None = None) -> None:
     )
     seq_lens = [len(enc.token_ids) for enc in llm.engine.tokenizer.encode_batch(texts)]
     num_tokens, flops = sum(seq_lens), encoder_flops(llm.model_config.hf_config, seq_lens)
-    st_dtype = {"float32": torch.float32, "bfloat16": torch.bfloat16}[args.dtype]
-    st_model = SentenceTransformer(model_path, device="cpu", model_kwargs={"torch_dtype": st_dtype})
     engine_config = llm.engine.engine_config
     print(
         f"# {len(texts)} texts, {num_tokens:,} tokens (max_model_len {llm.model_config.max_model_len}), "
@@ -117,37 +118,56 @@ def main(argv: list[str] | None = None) -> None:
         f"max_num_batched_tokens {engine_config.scheduler_config.max_num_batched_tokens}, "
         f"{args.repeats} repeats"
     )
-    peak = matmul_peak_gflops(llm.model_config.hf_config, st_dtype)
+    # 1. the matmul peak of each dtype in play
+    dtypes = dict.fromkeys(["float32", args.dtype])
+    peaks = {name: matmul_peak_gflops(llm.model_config.hf_config, getattr(torch, name)) for name in dtypes}
     print(
-        f"# useful work {flops / 1e9:,.1f} GFLOP ({flops / num_tokens / 1e6:.1f} MFLOP/token); "
-        f"torch.mm peak on the largest GEMM in this run: {peak:,.1f} GFLOP/s "
-        f"(ceiling {peak * 1e9 * num_tokens / flops:,.0f} tokens/s)"
+        f"# useful work {flops / 1e9:,.1f} GFLOP ({flops / num_tokens / 1e6:.1f} MFLOP/token); torch.mm peak "
+        "on the largest GEMM in this run: "
+        + ", ".join(
+            f"{name} {peak:,.1f} GFLOP/s (ceiling {peak * 1e9 * num_tokens / flops:,.0f} tokens/s)"
+            for name, peak in peaks.items()
+        )
     )
 
-    st_seconds, reference = time_runs(
-        lambda: st_model.encode(texts, batch_size=args.st_batch_size, convert_to_numpy=True), args.repeats
-    )
+    def timing(name: str, dtype: str, seconds: list[float]) -> Timing:
+        return Timing(name, seconds, num_tokens, len(texts), flops, peaks[dtype])
+
+    # 2. sentence-transformers float32: the baseline of every ratio and the reference embeddings
+    rows: list[Timing] = []
+    for dtype in dtypes:
+        st_model = SentenceTransformer(
+            model_path, device="cpu", model_kwargs={"torch_dtype": getattr(torch, dtype)}
+        )
+        seconds, embeddings = time_runs(
+            lambda st_model=st_model: st_model.encode(
+                texts, batch_size=args.st_batch_size, convert_to_numpy=True
+            ),
+            args.repeats,
+        )
+        rows.append(timing(f"sentence-transformers {dtype} (batch {args.st_batch_size})", dtype, seconds))
+        if dtype == "float32":
+            reference = embeddings.astype(np.float32)
+        del st_model
+    # 3. wde, then the peers, in the requested dtype
     wde_seconds, ours = time_runs(lambda: np.stack([o.embedding for o in llm.encode(texts)]), args.repeats)
-    reference = reference.astype(np.float32)
-    cosine = (ours * reference).sum(1) / (np.linalg.norm(ours, axis=1) * np.linalg.norm(reference, axis=1))
-
-    st = Timing(
-        f"sentence-transformers (batch {args.st_batch_size})", st_seconds, num_tokens, len(texts), flops
-    )
-    wde = Timing("wde LLM.encode", wde_seconds, num_tokens, len(texts), flops)
+    rows.append(timing(f"wde LLM.encode {args.dtype}", args.dtype, wde_seconds))
     print(
         "| system | tokens/s (median) | tokens/s (min / max) | texts/s | useful GFLOP/s "
-        "| vs sentence-transformers |"
+        "| vs sentence-transformers float32 |"
     )
     print("|---|---|---|---|---|---|")
-    print(st.row(st, peak))
-    print(wde.row(st, peak))
+    for row in rows:
+        print(row.row(rows[0]))
     for peer in dict.fromkeys(args.peer):
         for label, seconds in peers.measure(peer, model_path, texts, args.dtype, args.repeats):
-            print(Timing(label, seconds, num_tokens, len(texts), flops).row(st, peak), flush=True)
+            print(timing(f"{label} {args.dtype}", args.dtype, seconds).row(rows[0]), flush=True)
+    # 4. accuracy against the float32 reference
+    ours = ours.astype(np.float32)
+    cosine = (ours * reference).sum(1) / (np.linalg.norm(ours, axis=1) * np.linalg.norm(reference, axis=1))
     print(
-        f"min cosine vs sentence-transformers: {cosine.min():.7f}; "
-        f"max abs diff: {np.abs(ours - reference).max():.2e}"
+        f"wde {args.dtype} against sentence-transformers float32: min cosine {cosine.min():.7f}, "
+        f"max abs diff {np.abs(ours - reference).max():.2e}"
     )
 
 

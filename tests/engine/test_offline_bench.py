@@ -1,0 +1,35 @@
+"""``wde bench`` end to end on a few texts: one table with sentence-transformers float32 as the baseline,
+wde's row with its ratio and GFLOP/s against the measured peak, and the cosine against the reference."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from wde.bench import offline
+
+TEXTS = [
+    "apt is the command-line package manager of Debian",
+    "a library for parsing JSON quickly",
+    "x",
+    "utilities for the manipulation of PNG images, with a long description " * 4,
+]
+
+
+def test_offline_bench_prints_one_comparable_table(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    data = tmp_path / "texts.txt"
+    data.write_text("\n".join(TEXTS) + "\n", encoding="utf-8")
+    offline.main(["--data", str(data), "--repeats", "1"])
+    out = capsys.readouterr().out
+    assert f"# {len(TEXTS)} texts" in out
+    assert re.search(r"torch\.mm peak .*float32 [\d,.]+ GFLOP/s", out)
+    baseline = next(line for line in out.splitlines() if line.startswith("| sentence-transformers float32"))
+    ours = next(line for line in out.splitlines() if line.startswith("| wde LLM.encode float32"))
+    assert baseline.endswith("| 1.00x |")
+    assert re.search(r"\| [\d.]+x \|$", ours) and "% of peak)" in ours
+    min_cosine = float(re.search(r"min cosine ([\d.]+)", out).group(1))
+    assert min_cosine >= 0.99999
