@@ -1,5 +1,5 @@
 """Offline throughput: ``LLM.encode`` against ``SentenceTransformer.encode`` on the same texts and model, in
-one run: tokens/s and texts/s (min / median / max over repeats), useful GFLOP/s against a ``torch.mm`` peak
+one run: tokens/s and texts/s (min / median / max over repeats), useful GFLOP/s against a ``F.linear`` peak
 measured in the same run (wde.bench.flops), and the min cosine of our embeddings against the float32
 reference, so a speed-up cannot hide a wrong answer. Every ratio is against sentence-transformers float32;
 with ``--dtype bfloat16`` sentence-transformers bfloat16, wde and the peers run in bfloat16 too.
@@ -29,7 +29,7 @@ class Timing:
     num_tokens: int
     num_texts: int
     flops: int  # useful FLOPs of one pass over the texts (wde.bench.flops.encoder_flops)
-    peak_gflops: float  # torch.mm peak of this row's dtype, measured in the same run
+    peak_gflops: float  # linear peak of this row's dtype, measured in the same run
 
     def tokens_per_s(self, seconds: float) -> float:
         return self.num_tokens / seconds
@@ -122,7 +122,7 @@ def main(argv: list[str] | None = None) -> None:
     dtypes = dict.fromkeys(["float32", args.dtype])
     peaks = {name: matmul_peak_gflops(llm.model_config.hf_config, getattr(torch, name)) for name in dtypes}
     print(
-        f"# useful work {flops / 1e9:,.1f} GFLOP ({flops / num_tokens / 1e6:.1f} MFLOP/token); torch.mm peak "
+        f"# useful work {flops / 1e9:,.1f} GFLOP ({flops / num_tokens / 1e6:.1f} MFLOP/token); linear peak "
         "on the largest GEMM in this run: "
         + ", ".join(
             f"{name} {peak:,.1f} GFLOP/s (ceiling {peak * 1e9 * num_tokens / flops:,.0f} tokens/s)"
