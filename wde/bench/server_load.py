@@ -63,8 +63,8 @@ async def drive(
 ) -> LoadResult:
     """``concurrency`` clients, each sending the next text as soon as its previous answer came back.
     ``body`` turns an item of ``texts`` (a text, or a list of texts for batched requests) into the JSON
-    posted to ``path``. aiohttp keeps the generator's own CPU use low (about a third of httpx's per
-    request), which matters when it shares the machine with the server."""
+    posted to ``path``. aiohttp keeps the generator's own CPU use low (0.2-0.6 ms per request against
+    httpx's 2.6 ms here), which matters when it shares the machine with the server."""
     import aiohttp
 
     pending = iter(texts)
