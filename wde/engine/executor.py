@@ -1,4 +1,5 @@
-"""Runs scheduled batches on the model runner: inline (sync) or on a worker thread (async)."""
+"""Runs scheduled batches on the model runner: inline (sync) or on a worker thread (async). A batch that
+fails is retried without its culprits (``CulpritSearch``), on the thread that ran it."""
 
 from __future__ import annotations
 
@@ -6,9 +7,11 @@ import time
 from collections import deque
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from wde.engine.culprit_search import CulpritSearch
+from wde.engine.forward_clock import ForwardClock
 from wde.engine.request import Request
 
 
@@ -27,30 +30,38 @@ class ModelRunner(Protocol):
 @dataclass
 class BatchResult:
     requests: list[Request]
-    outputs: list[Any] | None = None  # one per request, in order
-    error: Exception | None = None  # set when the whole forward failed
-    execute_seconds: float = 0.0  # the forward pass alone (on the worker thread when async)
+    outputs: list[Any]  # one per request, in order; None for a request in ``errors``
+    errors: dict[int, Exception] = field(default_factory=dict)  # row -> why that request failed (alone)
+    execute_seconds: float = 0.0  # the forward pass alone, retries included (on the worker thread when async)
 
 
-def _run(runner: ModelRunner, requests: list[Request], batch: Any) -> BatchResult:
-    start = time.perf_counter()
+def _prepare(runner: ModelRunner, requests: list[Request]) -> Any:
+    """The built batch, or the exception building it raised (retried by ``_run`` without its culprit)."""
     try:
-        outputs = runner.execute_model(batch)
-    except Exception as e:  # one failing batch must not take the engine down
-        return BatchResult(requests, error=e, execute_seconds=time.perf_counter() - start)
-    return BatchResult(requests, outputs=outputs, execute_seconds=time.perf_counter() - start)
-
-
-def _prepare(runner: ModelRunner, requests: list[Request]) -> tuple[Any, BatchResult | None]:
-    try:
-        return runner.prepare_inputs(requests), None
+        return runner.prepare_inputs(requests)
     except Exception as e:
-        return None, BatchResult(requests, error=e)
+        return e
+
+
+def _run(runner: ModelRunner, requests: list[Request], batch: Any, clock: ForwardClock) -> BatchResult:
+    """Run a built batch; when it fails, retry without the culprits so that only they fail."""
+    start = time.perf_counter()
+    error = batch if isinstance(batch, Exception) else None
+    if error is None:
+        try:
+            with clock:
+                outputs = runner.execute_model(batch)
+            return BatchResult(requests, outputs, execute_seconds=time.perf_counter() - start)
+        except Exception as e:  # one failing input must not fail its batch, nor take the engine down
+            error = e
+    outputs, errors = CulpritSearch(runner, clock).run(requests, error)
+    return BatchResult(requests, outputs, errors, execute_seconds=time.perf_counter() - start)
 
 
 class Executor:
     def __init__(self, runner: ModelRunner) -> None:
         self.runner = runner
+        self.clock = ForwardClock()  # how long the running forward pass has taken (any thread reads it)
 
     def execute_model(self, requests: list[Request]) -> list[BatchResult]:
         """Submit a batch (possibly empty); return the results of batches that completed."""
@@ -67,8 +78,7 @@ class SyncExecutor(Executor):
     def execute_model(self, requests: list[Request]) -> list[BatchResult]:
         if not requests:
             return []
-        batch, failed = _prepare(self.runner, requests)
-        return [failed or _run(self.runner, requests, batch)]
+        return [_run(self.runner, requests, _prepare(self.runner, requests), self.clock)]
 
 
 class AsyncExecutor(Executor):
@@ -88,11 +98,8 @@ class AsyncExecutor(Executor):
         results: list[BatchResult] = []
         # 1. build the batch here (overlapping the running forward), run it on the worker
         if requests:
-            batch, failed = _prepare(self.runner, requests)
-            if failed is not None:
-                results.append(failed)
-            else:
-                self._in_flight.append(self._pool.submit(_run, self.runner, requests, batch))
+            batch = _prepare(self.runner, requests)
+            self._in_flight.append(self._pool.submit(_run, self.runner, requests, batch, self.clock))
         # 2. wait for the oldest when the pipe is full or nothing new came in; collect any already done
         if self._in_flight and (len(self._in_flight) >= self.max_in_flight or not requests):
             results.append(self._in_flight.popleft().result())

@@ -12,6 +12,7 @@ from typing import Any
 
 from wde.config import EngineConfig
 from wde.engine.executor import EXECUTORS, BatchResult, Executor, ModelRunner
+from wde.engine.forward_clock import ForwardClock
 from wde.engine.request import Request, RequestStatus
 from wde.engine.scheduler import SchedulerOutput
 from wde.engine.stats import BatchStats, StepStats
@@ -118,6 +119,11 @@ class LLMEngine:
 
     def has_pending_captures(self) -> bool:
         return self.runner.has_pending_captures()
+
+    @property
+    def forward_clock(self) -> ForwardClock:
+        """How long the running forward pass has taken; safe to read from any thread (the watchdog)."""
+        return self.executor.clock
 
     # ---- the loop ---------------------------------------------------------------------------------
     def step(self) -> list[RequestOutput]:

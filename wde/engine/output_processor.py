@@ -21,12 +21,11 @@ class OutputProcessor:
             for row, request in enumerate(result.requests):
                 if request.status == RequestStatus.ABORTED:
                     continue
-                if result.error is not None:
-                    request.fail(result.error)
+                error = result.errors.get(row)
+                if error is not None:  # this request failed alone (its batch was retried without it)
+                    request.fail(error)
                     outputs.append(
-                        ErrorOutput(
-                            request.request_id, result.error, _metrics(request, now), is_input_error=False
-                        )
+                        ErrorOutput(request.request_id, error, _metrics(request, now), is_input_error=False)
                     )
                     continue
                 request.status = RequestStatus.FINISHED
