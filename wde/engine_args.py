@@ -18,6 +18,7 @@ from wde.config import (
     max_positions,
     num_labels,
 )
+from wde.models.model_files import check_model_files
 from wde.models.st_metadata import read_st_metadata
 
 logger = logging.getLogger(__name__)
@@ -67,6 +68,8 @@ class EngineArgs:
         model_path = self._resolve_model_path()
         hf_config = _read_hf_config(model_path)
         architecture, model_cls = resolve_architecture(hf_config.get("architectures"), model_path)
+        tokenizer_path = self._resolve_tokenizer_path(model_path)
+        check_model_files(model_path, tokenizer_path)
         st_metadata = read_st_metadata(model_path)
         task = self._resolve_task(model_cls.supported_tasks, architecture)
         # 2. the platform decides dtype defaults
@@ -93,7 +96,7 @@ class EngineArgs:
         config = EngineConfig(
             model_config=ModelConfig(
                 model=model_path,
-                tokenizer=self.tokenizer or model_path,
+                tokenizer=tokenizer_path,
                 dtype=dtype,
                 architecture=architecture,
                 hf_config=hf_config,
@@ -104,7 +107,8 @@ class EngineArgs:
                 prompts=st_metadata.prompts,
                 default_prompt_name=st_metadata.default_prompt_name,
                 served_model_name=self.served_model_name or _default_served_name(self.model, model_path),
-                score_activation=self.score_activation or _default_score_activation(hf_config),
+                score_activation=self.score_activation
+                or _default_score_activation(hf_config, st_metadata.activation_fn),
                 pair_truncation=self.pair_truncation,
             ),
             scheduler_config=SchedulerConfig(
@@ -152,6 +156,14 @@ class EngineArgs:
             )
         return str(path.resolve())
 
+    def _resolve_tokenizer_path(self, model_path: str) -> str:
+        if self.tokenizer is None:
+            return model_path
+        path = Path(self.tokenizer).expanduser()
+        if not path.is_dir():
+            raise ValueError(f"tokenizer {self.tokenizer!r} is not a local directory")
+        return str(path.resolve())
+
     def _resolve_task(self, supported_tasks: tuple[str, ...], architecture: str) -> str:
         if self.task == "auto":
             return supported_tasks[0]
@@ -192,17 +204,20 @@ def _default_max_model_len(hf_config: dict[str, Any], st_max_seq_length: int | N
 _ST_ACTIVATIONS = {"Sigmoid": "sigmoid", "Softmax": "softmax", "Tanh": "tanh", "Identity": "identity"}
 
 
-def _default_score_activation(hf_config: dict[str, Any]) -> str:
-    """What sentence_transformers.CrossEncoder would apply: the saved activation_fn, else sigmoid for one
+def _default_score_activation(hf_config: dict[str, Any], st_activation_fn: str | None = None) -> str:
+    """What sentence_transformers.CrossEncoder would apply: the activation_fn saved in
+    config_sentence_transformers.json (>= 5.7), else in config.json (older versions), else sigmoid for one
     label and identity for several."""
-    path = (hf_config.get("sentence_transformers") or {}).get("activation_fn") or hf_config.get(
-        "sbert_ce_default_activation_function"
+    path = (
+        st_activation_fn
+        or (hf_config.get("sentence_transformers") or {}).get("activation_fn")
+        or hf_config.get("sbert_ce_default_activation_function")
     )
     if path:
         name = str(path).rsplit(".", 1)[-1]
         if name not in _ST_ACTIVATIONS:
             raise ValueError(
-                f"config.json asks for activation {path!r}, which wde does not know; "
+                f"the model asks for activation {path!r}, which wde does not know; "
                 f"pass --score-activation one of {sorted(_ST_ACTIVATIONS.values())}"
             )
         return _ST_ACTIVATIONS[name]

@@ -12,6 +12,7 @@ from torch import nn
 
 from wde.config import ModelConfig
 from wde.layers.attention.backend import AttentionBackend
+from wde.models.model_files import check_model_files, weight_files
 from wde.models.registry import resolve_architecture
 
 logger = logging.getLogger(__name__)
@@ -19,23 +20,16 @@ logger = logging.getLogger(__name__)
 
 def iterate_weights(model_dir: str | Path) -> Iterator[tuple[str, torch.Tensor]]:
     """(name, CPU tensor) from every *.safetensors file, else from pytorch_model*.bin (weights_only)."""
-    model_dir = Path(model_dir)
-    safetensors_files = sorted(model_dir.glob("*.safetensors"))
-    if safetensors_files:
-        for path in safetensors_files:
+    files = weight_files(model_dir)
+    if not files:
+        check_model_files(model_dir, model_dir)  # raises, naming what is missing
+    for path in files:
+        if path.suffix == ".safetensors":
             with safe_open(str(path), framework="pt", device="cpu") as f:
                 for name in f.keys():  # noqa: SIM118 (safe_open is not a dict)
                     yield name, f.get_tensor(name)
-        return
-    bin_files = sorted(model_dir.glob("pytorch_model*.bin"))
-    if not bin_files:
-        raise FileNotFoundError(
-            f"{model_dir} has no model.safetensors or pytorch_model.bin; "
-            "point --model at a local directory in HuggingFace layout"
-        )
-    for path in bin_files:
-        state_dict = torch.load(str(path), map_location="cpu", weights_only=True)
-        yield from state_dict.items()
+        else:
+            yield from torch.load(str(path), map_location="cpu", weights_only=True).items()
 
 
 def load_model(

@@ -1,8 +1,12 @@
 """sentence-transformers metadata of a model directory, so our defaults equal ``SentenceTransformer.encode``.
 
 Reads ``modules.json``, the Pooling module's ``config.json``, the ``Normalize`` module,
-``sentence_bert_config.json`` (max_seq_length) and ``config_sentence_transformers.json`` (prompts).
-Plain JSON: no torch, no sentence-transformers import.
+``sentence_bert_config.json`` (max_seq_length, older versions) and ``config_sentence_transformers.json``
+(prompts, a CrossEncoder's activation). Plain JSON: no torch, no sentence-transformers import.
+
+Modules are recognized by their class name, whichever package path the saving version wrote:
+``sentence_transformers.models.Pooling`` (< 5.7) and
+``sentence_transformers.sentence_transformer.modules.pooling.Pooling`` (>= 5.7) are both ``Pooling``.
 """
 
 from __future__ import annotations
@@ -10,20 +14,24 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from wde.config import PoolingConfig
 
-_MODULE_PREFIX = "sentence_transformers.models."
+_PACKAGE = "sentence_transformers."
 _SUPPORTED_MODULES = ("Transformer", "Pooling", "Normalize")
 
-# 1_Pooling/config.json key -> our pooling method
-_POOLING_MODES = {
+# sentence-transformers pooling mode -> our pooling method; the legacy ``pooling_mode_*`` booleans (< 5.7)
+# and the ``pooling_mode`` string (>= 5.7) name the same modes.
+_POOLING_MODES = {"cls": "cls", "mean": "mean", "max": "max", "lasttoken": "last"}
+_LEGACY_POOLING_KEYS = {
     "pooling_mode_cls_token": "cls",
     "pooling_mode_mean_tokens": "mean",
     "pooling_mode_max_tokens": "max",
-    "pooling_mode_lasttoken": "last",
+    "pooling_mode_mean_sqrt_len_tokens": "mean_sqrt_len_tokens",
+    "pooling_mode_weightedmean_tokens": "weightedmean",
+    "pooling_mode_lasttoken": "lasttoken",
 }
-_UNSUPPORTED_MODES = ("pooling_mode_mean_sqrt_len_tokens", "pooling_mode_weightedmean_tokens")
 
 
 @dataclass
@@ -32,38 +40,58 @@ class SentenceTransformerMetadata:
     max_seq_length: int | None = None
     prompts: dict[str, str] = field(default_factory=dict)
     default_prompt_name: str | None = None
+    activation_fn: str | None = None  # a CrossEncoder's saved activation ("torch.nn...Sigmoid")
 
 
-def _read_json(path: Path) -> dict:
+def _read_json(path: Path) -> Any:
     with path.open(encoding="utf-8") as f:
         return json.load(f)
 
 
+def module_kind(module_type: str) -> str:
+    """``sentence_transformers.base.modules.normalize.Normalize`` -> ``Normalize``; a class from another
+    package keeps its full path (so the error names it)."""
+    if module_type.startswith(_PACKAGE):
+        return module_type.rsplit(".", 1)[-1]
+    return module_type
+
+
+def _pooling_modes(config: dict[str, Any]) -> list[str]:
+    if "pooling_mode" in config:
+        mode = config["pooling_mode"]
+        return [mode] if isinstance(mode, str) else list(mode)
+    return [mode for key, mode in _LEGACY_POOLING_KEYS.items() if config.get(key)]
+
+
 def _read_pooling(module_dir: Path) -> PoolingConfig:
-    config = _read_json(module_dir / "config.json")
-    for key in _UNSUPPORTED_MODES:
-        if config.get(key):
-            raise ValueError(f"{module_dir}/config.json sets {key}, which wde does not support yet")
-    methods = [method for key, method in _POOLING_MODES.items() if config.get(key)]
-    if len(methods) != 1:
+    config_path = module_dir / "config.json"
+    config = _read_json(config_path)
+    modes = _pooling_modes(config)
+    if len(modes) != 1 or modes[0] not in _POOLING_MODES:
         raise ValueError(
-            f"{module_dir}/config.json enables pooling modes {methods or 'none'}; "
-            "wde supports exactly one of cls, mean, max, lasttoken"
+            f"{config_path} asks for pooling {modes or 'none'}; wde supports exactly one of "
+            f"{', '.join(_POOLING_MODES)}"
         )
-    return PoolingConfig(method=methods[0])
+    if config.get("include_prompt") is False:
+        raise ValueError(
+            f"{config_path} sets include_prompt: false (prompt tokens left out of the pooling), which wde "
+            "does not support yet; serve a model that pools over the whole input"
+        )
+    return PoolingConfig(method=_POOLING_MODES[modes[0]])
 
 
 def read_st_metadata(model_dir: str | Path) -> SentenceTransformerMetadata:
-    """Return what the directory says about pooling, normalization, max length and prompts."""
+    """Return what the directory says about pooling, normalization, max length, prompts and activation."""
     model_dir = Path(model_dir)
     metadata = SentenceTransformerMetadata()
 
+    # 1. modules.json: Transformer -> Pooling -> Normalize
     modules_path = model_dir / "modules.json"
     if modules_path.exists():
         pooling: PoolingConfig | None = None
         normalize = False
         for module in _read_json(modules_path):
-            kind = str(module.get("type", "")).removeprefix(_MODULE_PREFIX)
+            kind = module_kind(str(module.get("type", "")))
             if kind not in _SUPPORTED_MODULES:
                 raise ValueError(
                     f"{modules_path} uses sentence-transformers module {module.get('type')!r}; "
@@ -77,14 +105,17 @@ def read_st_metadata(model_dir: str | Path) -> SentenceTransformerMetadata:
             pooling.normalize = normalize
             metadata.pooling = pooling
 
+    # 2. max_seq_length (versions >= 5.7 keep it as the tokenizer's model_max_length instead)
     bert_config_path = model_dir / "sentence_bert_config.json"
     if bert_config_path.exists():
         max_seq_length = _read_json(bert_config_path).get("max_seq_length")
         metadata.max_seq_length = int(max_seq_length) if max_seq_length else None
 
+    # 3. prompts and a CrossEncoder's activation
     st_config_path = model_dir / "config_sentence_transformers.json"
     if st_config_path.exists():
         st_config = _read_json(st_config_path)
         metadata.prompts = dict(st_config.get("prompts") or {})
         metadata.default_prompt_name = st_config.get("default_prompt_name") or None
+        metadata.activation_fn = st_config.get("activation_fn") or None
     return metadata
