@@ -4,37 +4,18 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterator
-from typing import Any
 
 import numpy as np
 import pytest
 
+from tests.poisoned_forward import INNOCENT_TEXTS, MARKER, PoisonedForward
 from wde import LLM, PoolingParams
 from wde.engine.errors import RequestFailedError
 from wde.engine.llm_engine import LLMEngine
 from wde.outputs import EmbeddingOutput, ErrorOutput, RequestOutput
 
 TOLERANCE = 1e-5
-MARKER = "quartz"  # one wordpiece of the bundled model's vocabulary; the patched forward raises on it
-TEXTS = [f"sentence number {index} about cats and rivers" for index in range(30)]
-
-
-class PoisonedForward:
-    """Wraps a runner's ``execute_model``: raises for any batch that holds the marker token."""
-
-    def __init__(self, engine: LLMEngine) -> None:
-        ids = engine.tokenizer.backend.encode(MARKER, add_special_tokens=False).ids
-        assert len(ids) == 1, ids
-        self.marker_id = ids[0]
-        self.runner = engine.runner
-        self.original = engine.runner.execute_model
-        self.num_calls = 0
-
-    def __call__(self, batch: Any) -> list[Any]:
-        self.num_calls += 1
-        if (batch.input_ids == self.marker_id).any():
-            raise RuntimeError(f"poisoned token {self.marker_id} in the batch")
-        return self.original(batch)
+TEXTS = INNOCENT_TEXTS
 
 
 @pytest.fixture(scope="module", params=["sync", "async"])
