@@ -71,6 +71,8 @@ SERVER_HELP = {
     "max_client_batch_size": "most inputs in one request (413 above)",
     "max_concurrent_requests": "requests in flight; more are answered 429 at once",
     "retry_after_seconds": "the Retry-After header of 429 / 503 answers",
+    "exit_on_engine_failure": "exit 1 (within --graceful-timeout) when the engine dies, for a restart",
+    "max_batch_seconds": "/health answers 503 while one forward pass runs longer (a wedged engine)",
 }
 
 

@@ -16,6 +16,7 @@ import uvicorn
 
 from server.app import create_app
 from server.app_state import AppState
+from server.engine_monitor import EngineMonitor
 from server.settings import ServerSettings
 from wde.engine.async_llm_engine import AsyncLLMEngine
 from wde.engine_args import EngineArgs
@@ -61,9 +62,12 @@ def serve(
         target=_report_engine, args=(engine, settings, server, load_failed), name="wde-load", daemon=True
     ).start()
     # 3. uvicorn, with signals drained gracefully
+    # a dead engine stops the server (exit 1, for a supervisor); a wedged forward pass is logged
+    monitor = EngineMonitor(engine, server, settings.exit_on_engine_failure, settings.max_batch_seconds)
+    monitor.start()
     _exit_zero_on_signal()
     server.run()
-    return 1 if load_failed.is_set() else 0
+    return 1 if load_failed.is_set() or monitor.stopped_server.is_set() else 0
 
 
 def _report_engine(

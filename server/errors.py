@@ -18,7 +18,7 @@ from starlette.exceptions import HTTPException
 
 from server.responses import ORJSONResponse
 from wde.engine.async_llm_engine import TaskNotSupportedError
-from wde.engine.engine_thread import EngineUnavailableError
+from wde.engine.engine_thread import EngineDeadError, EngineUnavailableError
 from wde.engine.errors import InputTooLongError, RequestFailedError
 
 logger = logging.getLogger(__name__)
@@ -54,6 +54,7 @@ class ErrorKind:
     tei_type: str  # TEI's error_type
     openai_type: str  # OpenAI's error.type
     openai_code: str | None = None
+    retry_after: bool = True  # 429 / 503: send Retry-After (not when retrying here cannot help)
 
 
 VALIDATION = ErrorKind(422, "Validation", "invalid_request_error")
@@ -71,6 +72,9 @@ ERROR_TABLE: dict[type[BaseException], ErrorKind] = {
     TooManyInputsError: ErrorKind(413, "Validation", "invalid_request_error", "too_many_inputs"),
     OverloadedError: ErrorKind(429, "Overloaded", "rate_limit_error", "rate_limit_exceeded"),
     ServerDrainingError: ErrorKind(503, "Unhealthy", "server_error", "shutting_down"),
+    # A dead engine: 503 (this replica cannot serve; a load balancer routes elsewhere) WITHOUT Retry-After,
+    # since this process will not recover: it exits for its supervisor to restart (--exit-on-engine-failure).
+    EngineDeadError: ErrorKind(503, "Unhealthy", "server_error", "engine_dead", retry_after=False),
     EngineUnavailableError: ErrorKind(503, "Unhealthy", "server_error", "unavailable"),
     RequestFailedError: SERVER_ERROR,
     Exception: SERVER_ERROR,
@@ -111,7 +115,7 @@ def error_response(
     else:
         body = {"error": message, "error_type": kind.tei_type}
     headers = dict(getattr(error, "headers", None) or {})
-    if kind.status in (429, 503):
+    if kind.status in (429, 503) and kind.retry_after:
         headers["Retry-After"] = str(retry_after_seconds)
     if kind.status == 401:
         headers["WWW-Authenticate"] = "Bearer"

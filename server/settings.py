@@ -18,6 +18,8 @@ class ServerSettings:
     max_client_batch_size: int = DEFAULT_MAX_CLIENT_BATCH_SIZE  # inputs in one request
     max_concurrent_requests: int = DEFAULT_MAX_CONCURRENT_REQUESTS  # in flight; more get 429 at once
     retry_after_seconds: int = 1  # the Retry-After of 429 / 503 answers
+    exit_on_engine_failure: bool = True  # a dead engine stops the server: exit 1 for a supervisor
+    max_batch_seconds: float = 300.0  # a forward pass running longer makes /health 503 (wedged)
 
     @classmethod
     def field_names(cls) -> list[str]:
@@ -32,3 +34,5 @@ class ServerSettings:
             raise ValueError(f"retry_after_seconds must be >= 0, got {self.retry_after_seconds}")
         if self.api_key is not None and not self.api_key:
             raise ValueError("api_key is empty; pass a non-empty key or leave it unset")
+        if isinstance(self.max_batch_seconds, bool) or not self.max_batch_seconds > 0:
+            raise ValueError(f"max_batch_seconds must be > 0, got {self.max_batch_seconds!r}")

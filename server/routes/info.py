@@ -1,4 +1,5 @@
-"""TEI ``GET /info`` (model and limits) and ``GET /health`` (200 when ready, 503 loading / shutting down)."""
+"""TEI ``GET /info`` (model and limits) and ``GET /health`` (200 when ready; 503 while loading or shutting
+down, when the engine is dead, or while a forward pass runs past --max-batch-seconds)."""
 
 from __future__ import annotations
 
@@ -6,10 +7,11 @@ from fastapi import APIRouter, Request
 
 import wde
 from server.app_state import AppState, get_state
+from server.engine_monitor import wedged_reason
 from server.errors import ServerDrainingError
 from server.protocol import HealthResponse, InfoResponse
 from server.responses import ORJSONResponse
-from wde.engine.engine_thread import EngineUnavailableError
+from wde.engine.engine_thread import EngineDeadError, EngineState, EngineUnavailableError
 
 router = APIRouter(tags=["TEI"])
 
@@ -17,10 +19,16 @@ router = APIRouter(tags=["TEI"])
 @router.get("/health", response_model=HealthResponse, response_class=ORJSONResponse)
 async def health(request: Request) -> ORJSONResponse:
     state = get_state(request)
+    engine = state.engine
     if state.draining:
         raise ServerDrainingError("the server is shutting down")
-    if not state.engine.is_ready:
-        raise EngineUnavailableError(state.engine.unavailable_reason)
+    if engine.state == EngineState.FAILED:
+        raise EngineDeadError(engine.unavailable_reason)
+    if not engine.is_ready:
+        raise EngineUnavailableError(engine.unavailable_reason)
+    wedged = wedged_reason(engine, state.settings.max_batch_seconds)
+    if wedged:
+        raise EngineUnavailableError(wedged)
     return ORJSONResponse({"status": "ready"})
 
 

@@ -12,6 +12,7 @@ import tokenizers
 from tokenizers.models import WordLevel
 
 from wde.engine.errors import InputTooLongError
+from wde.engine.forward_clock import ForwardClock
 from wde.engine.stats import BatchStats, StepStats
 from wde.outputs import EmbeddingOutput, ErrorOutput, RequestOutput
 
@@ -35,6 +36,7 @@ class FakeEngine:
         self.runner = SimpleNamespace(attn_backend=SimpleNamespace(name="fake"))
         model_config = SimpleNamespace(task="embed", architecture="FakeModel")
         self.engine_config = SimpleNamespace(model_config=model_config)
+        self.forward_clock = ForwardClock()
 
     def add_requests(self, request_ids: list[str], prompts: list[Any], params: Any) -> None:
         for index, prompt in enumerate(prompts):

@@ -57,6 +57,11 @@ class AsyncLLMEngine:
         """Block until the model is loaded; raises the load error, or TimeoutError."""
         self._thread.wait_until_ready(timeout)
 
+    def wait_until_dead(self, timeout: float | None = None) -> bool:
+        """Block until the engine has failed for good (True: loading failed or its loop crashed; the
+        process must restart) or ``timeout`` seconds passed (False). For a supervising thread."""
+        return self._thread.wait_until_dead(timeout)
+
     def shutdown(self, timeout: float | None = None) -> None:
         """Refuse new work, finish every accepted request, stop the thread. Blocks: from asyncio, run it in
         a worker thread (``await asyncio.to_thread(engine.shutdown)``)."""
@@ -84,6 +89,13 @@ class AsyncLLMEngine:
         return info
 
     # ---- observation (metrics) ----------------------------------------------------------------------
+    @property
+    def running_forward_seconds(self) -> float:
+        """How long the forward pass running now has taken (0.0 when none runs): a watchdog compares it
+        with its limit to tell a wedged engine from a busy one."""
+        clock = self._thread.forward_clock
+        return 0.0 if clock is None else clock.running_seconds()
+
     @property
     def counts(self) -> EngineCounts:
         return self._thread.counts

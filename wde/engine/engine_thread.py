@@ -20,6 +20,7 @@ from typing import Any, Protocol
 import tokenizers
 
 from wde.config import EngineConfig
+from wde.engine.forward_clock import ForwardClock
 from wde.engine.llm_engine import LLMEngine
 from wde.engine.stats import StepStats
 from wde.outputs import RequestOutput
@@ -41,7 +42,8 @@ class EngineUnavailableError(RuntimeError):
 
 
 class EngineDeadError(EngineUnavailableError):
-    """The engine loop crashed; the process needs a restart (its health check says so)."""
+    """The engine loop crashed; the process needs a restart (its health check says so, and ``wde serve``
+    exits non-zero so that its supervisor restarts it). Retrying against this process is pointless."""
 
 
 @dataclass(frozen=True)
@@ -139,11 +141,13 @@ class EngineThread:
         # Guards ``state`` and the enqueueing of adds, so no add can follow a stop into the queue.
         self._lock = threading.Lock()
         self._ready = threading.Event()
+        self._dead = threading.Event()  # set when the engine fails (to load, or its loop crashed)
         self._thread = threading.Thread(target=self._run, name="wde-engine", daemon=True)
         self.state = EngineState.CREATED
         self.info: EngineInfo | None = None
         self.counts = EngineCounts()
         self.error: BaseException | None = None
+        self.forward_clock: ForwardClock | None = None  # the loaded engine's: how long its forward has run
         self.listeners: tuple[StatsListener, ...] = ()  # replaced, never mutated (read by the thread)
         self._pending: dict[str, tuple[Call, int]] = {}  # engine thread only
 
@@ -163,8 +167,14 @@ class EngineThread:
         if self.info is None:
             raise EngineUnavailableError("the engine was stopped before it finished loading")
 
+    def wait_until_dead(self, timeout: float | None = None) -> bool:
+        """Block until the engine has failed (True) or ``timeout`` seconds passed (False)."""
+        return self._dead.wait(timeout)
+
     def add(self, call: Call) -> None:
         with self._lock:
+            if self.state == EngineState.FAILED:
+                raise EngineDeadError(self.unavailable_reason())
             if self.state != EngineState.READY:
                 raise EngineUnavailableError(self.unavailable_reason())
             self._commands.put(AddCommand(call))
@@ -217,6 +227,7 @@ class EngineThread:
         try:
             engine = self._build_engine()
             self.info = _engine_info(engine)
+            self.forward_clock = engine.forward_clock
         except BaseException as e:
             logger.exception("the engine failed to start")
             self._fail(e)
@@ -315,6 +326,7 @@ class EngineThread:
         for command in self._take_commands(block=False):
             if isinstance(command, AddCommand):
                 command.call.fail(dead)
+        self._dead.set()
 
 
 def _engine_info(engine: LLMEngine) -> EngineInfo:
@@ -332,5 +344,5 @@ def _unavailable_message(state: EngineState, error: BaseException | None) -> str
     if state in (EngineState.CREATED, EngineState.LOADING):
         return "the model is still loading; retry in a few seconds"
     if state == EngineState.FAILED:
-        return f"the engine failed ({error!r}); restart the server"
+        return f"the engine is dead ({error!r}) and takes no more work; the process must be restarted"
     return "the engine is shutting down; retry on another replica"
