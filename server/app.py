@@ -19,12 +19,16 @@ from contextlib import asynccontextmanager
 
 import anyio
 from fastapi import FastAPI
+from starlette.middleware.cors import CORSMiddleware
 
 import wde
 from server.app_state import AppState
 from server.errors import install_error_handlers
 from server.middleware.admission import AdmissionMiddleware
 from server.middleware.auth import ApiKeyMiddleware
+from server.middleware.draining import DrainingMiddleware
+from server.middleware.draining_cutoff import DrainingCutoffMiddleware
+from server.middleware.head_as_get import HeadAsGetMiddleware
 from server.middleware.http_metrics import HttpMetricsMiddleware
 from server.middleware.request_body import RequestBodyMiddleware
 from server.responses import ORJSONResponse
@@ -38,7 +42,7 @@ ROUTE_MODULES = (info, embed, rerank, tokenize, openai, metrics)
 def create_app(engine: AsyncLLMEngine, settings: ServerSettings | None = None) -> FastAPI:
     """The app; its lifespan starts ``engine`` (if not started) and drains it on shutdown."""
     # 1. shared state and metrics
-    settings = settings or ServerSettings()
+    settings = (settings or ServerSettings()).with_api_key_file()
     settings.verify()
     state = AppState(engine, settings)
     engine.add_stats_listener(state.metrics)
@@ -51,9 +55,19 @@ def create_app(engine: AsyncLLMEngine, settings: ServerSettings | None = None) -
         app.include_router(module.router)
     install_error_handlers(app, settings.retry_after_seconds)
     # 3. middlewares: the last added is the outermost
-    app.add_middleware(RequestBodyMiddleware, payload_limit=settings.payload_limit)
-    app.add_middleware(AdmissionMiddleware, state=state)
+    app.add_middleware(HeadAsGetMiddleware)
+    app.add_middleware(AdmissionMiddleware, state=state)  # after the body is read: slow bodies hold no slot
+    app.add_middleware(
+        RequestBodyMiddleware,
+        payload_limit=settings.payload_limit,
+        body_read_timeout=settings.body_read_timeout,
+    )
+    app.add_middleware(DrainingMiddleware, state=state)
     app.add_middleware(ApiKeyMiddleware, api_key=settings.api_key)
+    app.add_middleware(DrainingCutoffMiddleware, state=state)
+    if settings.cors_allow_origins:  # outside the key check: a browser's preflight carries no key
+        origins = settings.cors_allow_origins
+        app.add_middleware(CORSMiddleware, allow_origins=origins, allow_methods=["*"], allow_headers=["*"])
     known_paths = {route.path for module in ROUTE_MODULES for route in module.router.routes}
     app.add_middleware(HttpMetricsMiddleware, metrics=state.metrics, known_paths=known_paths)
     return app

@@ -21,6 +21,7 @@ class AppState:
     created: int = field(default_factory=lambda: int(time.time()))
     draining: bool = False  # set on SIGTERM / SIGINT: new requests get 503, in-flight ones finish
     num_in_flight: int = 0  # admitted requests (only touched on the event loop)
+    num_cut_off: int = 0  # requests cancelled by --graceful-timeout on shutdown (answered 503)
 
     def __post_init__(self) -> None:
         self.metrics = ServerMetrics(self.engine, lambda: self.num_in_flight)

@@ -67,10 +67,16 @@ ENGINE_CHOICES: dict[str, Sequence[str]] = {
 }
 SERVER_HELP = {
     "api_key": "require 'Authorization: Bearer <key>' (all routes but /health, /metrics); prefer WDE_API_KEY",
+    "api_key_file": "read the API key from this file (whitespace stripped); unlike --api-key, not seen in ps",
     "payload_limit": "largest request body in bytes (413 above)",
     "max_client_batch_size": "most inputs in one request (413 above)",
     "max_concurrent_requests": "requests in flight; more are answered 429 at once",
     "retry_after_seconds": "the Retry-After header of 429 / 503 answers",
+    "body_read_timeout": "seconds to receive a request body; slower clients get 408 and are disconnected",
+    "header_read_timeout": "seconds to receive the request line and headers (408 and disconnected after)",
+    "max_header_bytes": "largest request line + headers in bytes (431 above)",
+    "keep_alive_timeout": "seconds an idle keep-alive connection stays open",
+    "cors_allow_origins": "browser origins allowed to call the API (CORS): https://app.example, or * for any",
     "exit_on_engine_failure": "exit 1 (within --graceful-timeout) when the engine dies, for a restart",
     "max_batch_seconds": "/health answers 503 while one forward pass runs longer (a wedged engine)",
 }
@@ -137,6 +143,7 @@ def serve(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
         level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
     try:
+        settings = settings.with_api_key_file()
         settings.verify()
         engine_args.create_engine_config()
     except (ValueError, TypeError, FileNotFoundError) as e:

@@ -1,14 +1,16 @@
 """``DrainingServer``: uvicorn, draining on SIGTERM / SIGINT; ``serve()`` runs the app with it.
 
 On a signal: new requests get 503 (``AppState.draining``), uvicorn stops accepting connections and waits
-for in-flight requests (up to --graceful-timeout), then the app's lifespan drains and stops the engine,
-and the process exits 0.
+for in-flight requests (up to --graceful-timeout; those still running then are answered 503 and counted in
+one log line), then the app's lifespan drains and stops the engine, and the process exits 0.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import signal
+import socket
 import threading
 from types import FrameType
 
@@ -18,10 +20,13 @@ from server.app import create_app
 from server.app_state import AppState
 from server.engine_monitor import EngineMonitor
 from server.settings import ServerSettings
+from server.uvicorn_options import uvicorn_options
 from wde.engine.async_llm_engine import AsyncLLMEngine
 from wde.engine_args import EngineArgs
 
 logger = logging.getLogger("wde.server")
+
+CUTOFF_ANSWER_TIMEOUT = 5.0  # seconds for cancelled requests to send their 503 before the loop ends
 
 
 class DrainingServer(uvicorn.Server):
@@ -32,6 +37,19 @@ class DrainingServer(uvicorn.Server):
     def handle_exit(self, sig: int, frame: FrameType | None) -> None:
         self.state.begin_drain()
         super().handle_exit(sig, frame)
+
+    async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
+        await super().shutdown(sockets)
+        # the requests cancelled at --graceful-timeout answer 503 as they unwind: let them finish first
+        if self.server_state.tasks:
+            await asyncio.wait(list(self.server_state.tasks), timeout=CUTOFF_ANSWER_TIMEOUT)
+        if self.state.num_cut_off:
+            logger.warning(
+                "%d request(s) still running after --graceful-timeout %g s were answered 503; raise the flag "
+                "to let them finish",
+                self.state.num_cut_off,
+                self.config.timeout_graceful_shutdown,
+            )
 
 
 def serve(
@@ -53,6 +71,7 @@ def serve(
         log_level=log_level,
         timeout_graceful_shutdown=graceful_timeout,
         access_log=log_level == "debug",
+        **uvicorn_options(settings),
     )
     server = DrainingServer(config, app.state.wde)
     engine.start()

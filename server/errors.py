@@ -44,6 +44,14 @@ class UnauthorizedError(Exception):
     """Missing or wrong API key."""
 
 
+class RequestTimeoutError(Exception):
+    """The request's headers or body took longer than --header-read-timeout / --body-read-timeout."""
+
+
+class HeadersTooLargeError(Exception):
+    """The request line and headers are larger than --max-header-bytes."""
+
+
 class ModelNotFoundError(Exception):
     """The request names a model this server does not serve."""
 
@@ -68,7 +76,9 @@ ERROR_TABLE: dict[type[BaseException], ErrorKind] = {
     TypeError: VALIDATION,
     UnauthorizedError: ErrorKind(401, "Unauthorized", "invalid_request_error", "invalid_api_key"),
     ModelNotFoundError: ErrorKind(404, "Validation", "invalid_request_error", "model_not_found"),
+    RequestTimeoutError: ErrorKind(408, "Validation", "invalid_request_error", "request_timeout"),
     PayloadTooLargeError: ErrorKind(413, "Validation", "invalid_request_error", "payload_too_large"),
+    HeadersTooLargeError: ErrorKind(431, "Validation", "invalid_request_error", "headers_too_large"),
     TooManyInputsError: ErrorKind(413, "Validation", "invalid_request_error", "too_many_inputs"),
     OverloadedError: ErrorKind(429, "Overloaded", "rate_limit_error", "rate_limit_exceeded"),
     ServerDrainingError: ErrorKind(503, "Unhealthy", "server_error", "shutting_down"),

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
+from pathlib import Path
 
 # Defaults: TEI's payload limit (2 MB) and max concurrent requests (512). TEI caps a client batch at 32
 # inputs; we allow 512 so OpenAI-style clients that send a few hundred texts per call keep working.
@@ -14,19 +15,25 @@ DEFAULT_MAX_CONCURRENT_REQUESTS = 512
 @dataclass
 class ServerSettings:
     api_key: str | None = None  # when set, every route but /health and /metrics needs "Bearer <key>"
+    api_key_file: str | None = None  # a file holding the key (unlike --api-key, not visible in `ps`)
     payload_limit: int = DEFAULT_PAYLOAD_LIMIT  # bytes of one request body
     max_client_batch_size: int = DEFAULT_MAX_CLIENT_BATCH_SIZE  # inputs in one request
     max_concurrent_requests: int = DEFAULT_MAX_CONCURRENT_REQUESTS  # in flight; more get 429 at once
     retry_after_seconds: int = 1  # the Retry-After of 429 / 503 answers
     exit_on_engine_failure: bool = True  # a dead engine stops the server: exit 1 for a supervisor
     max_batch_seconds: float = 300.0  # a forward pass running longer makes /health 503 (wedged)
+    body_read_timeout: float = 30.0  # seconds to receive a body; slower gets 408 and is closed
+    header_read_timeout: float = 10.0  # seconds to receive the request line and headers (408)
+    max_header_bytes: int = 65536  # request line + headers; larger gets 431
+    keep_alive_timeout: float = 5.0  # seconds an idle keep-alive connection stays open
+    cors_allow_origins: list[str] | None = None  # browser origins allowed (CORS; "*": any); off when unset
 
     @classmethod
     def field_names(cls) -> list[str]:
         return [f.name for f in fields(cls)]
 
     def verify(self) -> None:
-        for name in ("payload_limit", "max_client_batch_size", "max_concurrent_requests"):
+        for name in ("payload_limit", "max_client_batch_size", "max_concurrent_requests", "max_header_bytes"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValueError(f"{name} must be a positive int, got {value!r}")
@@ -36,3 +43,25 @@ class ServerSettings:
             raise ValueError("api_key is empty; pass a non-empty key or leave it unset")
         if isinstance(self.max_batch_seconds, bool) or not self.max_batch_seconds > 0:
             raise ValueError(f"max_batch_seconds must be > 0, got {self.max_batch_seconds!r}")
+        if self.api_key is not None and self.api_key_file is not None:
+            raise ValueError("api_key and api_key_file are both set; pass one of them")
+        for name in ("body_read_timeout", "header_read_timeout", "keep_alive_timeout"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
+                raise ValueError(f"{name} must be a positive number of seconds, got {value!r}")
+        if self.cors_allow_origins is not None and not all(self.cors_allow_origins):
+            raise ValueError(f"cors_allow_origins has an empty origin: {self.cors_allow_origins!r}")
+
+    def with_api_key_file(self) -> ServerSettings:
+        """This, with ``api_key`` read from ``api_key_file`` (surrounding whitespace stripped)."""
+        if self.api_key_file is None:
+            return self
+        if self.api_key is not None:
+            raise ValueError("api_key and api_key_file are both set; pass one of them")
+        try:
+            key = Path(self.api_key_file).read_text(encoding="utf-8").strip()
+        except (OSError, UnicodeDecodeError) as e:
+            raise ValueError(f"api_key_file cannot be read ({e}); pass a readable file") from e
+        if not key:
+            raise ValueError(f"api_key_file {self.api_key_file!r} is empty; write the key into it")
+        return replace(self, api_key=key, api_key_file=None)

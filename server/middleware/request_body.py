@@ -1,6 +1,7 @@
 """Reads the request body within --payload-limit (413 otherwise, judged by Content-Length and by the bytes
-that actually arrive), then runs the handler and cancels it if the client disconnects meanwhile, so
-its engine requests are aborted instead of computed for nobody."""
+that actually arrive) and within --body-read-timeout (408 and the connection closed otherwise), then runs
+the handler and cancels it if the client disconnects meanwhile, so its engine requests are aborted instead
+of computed for nobody. Admission comes after this (inside it): a slow body holds no admission slot."""
 
 from __future__ import annotations
 
@@ -9,13 +10,14 @@ import asyncio
 from starlette.datastructures import Headers
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from server.errors import PayloadTooLargeError, error_response
+from server.errors import PayloadTooLargeError, RequestTimeoutError, error_response
 
 
 class RequestBodyMiddleware:
-    def __init__(self, app: ASGIApp, payload_limit: int) -> None:
+    def __init__(self, app: ASGIApp, payload_limit: int, body_read_timeout: float) -> None:
         self.app = app
         self.payload_limit = payload_limit
+        self.body_read_timeout = body_read_timeout
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -25,16 +27,45 @@ class RequestBodyMiddleware:
         if _content_length(scope) > self.payload_limit:
             await self._too_large(scope, receive, send)
             return
-        # 2. the actual size
+        # 2. the actual size, in time
         try:
-            body = await self._read_body(receive)
+            body = await self._read_body_in_time(receive)
         except PayloadTooLargeError:
             await self._too_large(scope, receive, send)
+            return
+        except RequestTimeoutError as error:
+            await error_response(error, scope["path"], close=True)(scope, receive, send)
             return
         if body is None:
             return  # the client left before sending its body
         # 3. the handler, cancelled when the client goes away
         await self._run_until_disconnect(scope, receive, send, body)
+
+    async def _read_body_in_time(self, receive: Receive) -> bytes | None:
+        """``_read_body`` cancelled after --body-read-timeout: a timer, not a task per request."""
+        task = asyncio.current_task()
+        expired = False
+
+        def expire() -> None:
+            nonlocal expired
+            expired = True
+            if task is not None:
+                task.cancel()
+
+        timer = asyncio.get_running_loop().call_later(self.body_read_timeout, expire)
+        try:
+            return await self._read_body(receive)
+        except asyncio.CancelledError:
+            if not expired:
+                raise  # cancelled from outside (shutdown)
+            if task is not None and hasattr(task, "uncancel"):  # Python >= 3.11
+                task.uncancel()
+            raise RequestTimeoutError(
+                f"the request body took longer than --body-read-timeout ({self.body_read_timeout:g} s) "
+                "to arrive; send it faster or raise the flag"
+            ) from None
+        finally:
+            timer.cancel()
 
     async def _read_body(self, receive: Receive) -> bytes | None:
         chunks: list[bytes] = []

@@ -19,6 +19,7 @@ import uvicorn
 from server.app import create_app
 from server.app_state import AppState
 from server.settings import ServerSettings
+from server.uvicorn_options import uvicorn_options
 from wde import EngineArgs
 from wde.engine.async_llm_engine import AsyncLLMEngine
 
@@ -89,7 +90,8 @@ def live_uvicorn(
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.bind(("127.0.0.1", 0))
     port = sock.getsockname()[1]
-    server = uvicorn.Server(uvicorn.Config(app, lifespan="off", log_level="warning"))
+    config = uvicorn.Config(app, lifespan="off", log_level="warning", **uvicorn_options(settings))
+    server = uvicorn.Server(config)
     thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
     thread.start()
     deadline = time.monotonic() + timeout

@@ -266,21 +266,13 @@ async def test_api_key(async_engine: AsyncLLMEngine) -> None:
 
 
 async def test_over_max_concurrent_requests_is_429_at_once(async_engine: AsyncLLMEngine) -> None:
-    release = asyncio.Event()
-
-    async def slow_upload():  # holds the first request in flight until the test releases it
-        yield b'{"inputs": '
-        await release.wait()
-        yield b'"hello"}'
-
     async with asgi_client(async_engine, max_concurrent_requests=1, retry_after_seconds=2) as (client, state):
-        headers = {"content-type": "application/json"}
-        slow = asyncio.create_task(client.post("/embed", content=slow_upload(), headers=headers))
+        # 32 full-length inputs: the first request stays in flight while the others arrive
+        slow = asyncio.create_task(client.post("/embed", json={"inputs": [LONG_TEXT] * 32}))
         await wait_for(lambda: state.num_in_flight == 1, what="the first request admitted")
         rejected = await client.post("/embed", json={"inputs": "x"})
         rejected_openai = await client.post("/v1/embeddings", json={"input": "x"})
         info = await client.get("/info")  # read-only routes are not limited
-        release.set()
         assert (await slow).status_code == 200
         after = await client.post("/embed", json={"inputs": "x"})
     assert rejected.status_code == 429 and rejected.headers["retry-after"] == "2"
