@@ -24,6 +24,7 @@ from starlette.middleware.cors import CORSMiddleware
 import wde
 from server.app_state import AppState
 from server.errors import install_error_handlers
+from server.middleware.access_log import AccessLogMiddleware
 from server.middleware.admission import AdmissionMiddleware
 from server.middleware.auth import ApiKeyMiddleware
 from server.middleware.draining import DrainingMiddleware
@@ -32,11 +33,11 @@ from server.middleware.head_as_get import HeadAsGetMiddleware
 from server.middleware.http_metrics import HttpMetricsMiddleware
 from server.middleware.request_body import RequestBodyMiddleware
 from server.responses import ORJSONResponse
-from server.routes import embed, info, metrics, openai, rerank, tokenize
+from server.routes import compat, embed, info, metrics, openai, predict, rerank, tokenize
 from server.settings import ServerSettings
 from wde.engine.async_llm_engine import AsyncLLMEngine
 
-ROUTE_MODULES = (info, embed, rerank, tokenize, openai, metrics)
+ROUTE_MODULES = (info, embed, rerank, predict, tokenize, openai, metrics, compat)
 
 
 def create_app(engine: AsyncLLMEngine, settings: ServerSettings | None = None) -> FastAPI:
@@ -70,6 +71,8 @@ def create_app(engine: AsyncLLMEngine, settings: ServerSettings | None = None) -
         app.add_middleware(CORSMiddleware, allow_origins=origins, allow_methods=["*"], allow_headers=["*"])
     known_paths = {route.path for module in ROUTE_MODULES for route in module.router.routes}
     app.add_middleware(HttpMetricsMiddleware, metrics=state.metrics, known_paths=known_paths)
+    if settings.access_log:
+        app.add_middleware(AccessLogMiddleware)
     return app
 
 

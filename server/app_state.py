@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import time
 from dataclasses import dataclass, field
 
@@ -12,6 +13,8 @@ from server.metrics import ServerMetrics
 from server.settings import ServerSettings
 from wde.engine.async_llm_engine import AsyncLLMEngine
 
+logger = logging.getLogger("wde.server")
+
 
 @dataclass(eq=False)
 class AppState:
@@ -21,6 +24,7 @@ class AppState:
     created: int = field(default_factory=lambda: int(time.time()))
     draining: bool = False  # set on SIGTERM / SIGINT: new requests get 503, in-flight ones finish
     num_in_flight: int = 0  # admitted requests (only touched on the event loop)
+    warned_token_ids: bool = False  # the token-ids warning of /v1/embeddings is logged once
     num_cut_off: int = 0  # requests cancelled by --graceful-timeout on shutdown (answered 503)
 
     def __post_init__(self) -> None:
@@ -42,11 +46,25 @@ class AppState:
                 "split the request"
             )
 
+    def warn_token_ids_once(self) -> None:
+        """/v1/embeddings got token ids: they are taken as this model's ids, and ids from another vocabulary
+        (LangChain's OpenAIEmbeddings sends tiktoken ids by default) give meaningless vectors."""
+        if self.warned_token_ids:
+            return
+        self.warned_token_ids = True
+        logger.warning(
+            "/v1/embeddings received token ids: they must come from this model's tokenizer (GET /tokenize "
+            "gives them); LangChain's OpenAIEmbeddings sends tiktoken ids unless "
+            "check_embedding_ctx_length=False. Logged once."
+        )
+
     def check_model(self, model: str | None) -> None:
-        if model is not None and model != self.served_model_name:
+        """Any name is accepted (one model is served: a client's default name, such as Cohere's
+        "rerank-v3.5", reaches it, as TEI does) unless --strict-model-name, which answers 404 as vLLM does."""
+        if self.settings.strict_model_name and model is not None and model != self.served_model_name:
             raise ModelNotFoundError(
                 f"model {model!r} is not served here; this server serves {self.served_model_name!r} "
-                "(GET /v1/models)"
+                "(GET /v1/models; --strict-model-name is on)"
             )
 
 

@@ -72,13 +72,15 @@ SERVER_HELP = {
     "max_client_batch_size": "most inputs in one request (413 above)",
     "max_concurrent_requests": "requests in flight; more are answered 429 at once",
     "retry_after_seconds": "the Retry-After header of 429 / 503 answers",
+    "strict_model_name": "answer 404 to requests naming another model than --served-model-name",
+    "access_log": "log one line per request (method, route, status, duration, inputs, tokens)",
+    "exit_on_engine_failure": "exit 1 (within --graceful-timeout) when the engine dies, for a restart",
+    "max_batch_seconds": "/health answers 503 while one forward pass runs longer (a wedged engine)",
     "body_read_timeout": "seconds to receive a request body; slower clients get 408 and are disconnected",
     "header_read_timeout": "seconds to receive the request line and headers (408 and disconnected after)",
     "max_header_bytes": "largest request line + headers in bytes (431 above)",
     "keep_alive_timeout": "seconds an idle keep-alive connection stays open",
     "cors_allow_origins": "browser origins allowed to call the API (CORS): https://app.example, or * for any",
-    "exit_on_engine_failure": "exit 1 (within --graceful-timeout) when the engine dies, for a restart",
-    "max_batch_seconds": "/health answers 503 while one forward pass runs longer (a wedged engine)",
 }
 
 
@@ -136,7 +138,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def serve(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
-    # 1. settings, checked before anything loads
+    """Exit 2 with one line for a user error found before anything loads (a flag, the model folder, the
+    port); 1 when the model fails to load; 0 after a graceful drain."""
+    # 1. settings and the model folder, checked before anything loads or binds
     engine_args = EngineArgs(**{name: getattr(args, name) for name in EngineArgs.field_names()})
     settings = ServerSettings(**{name: getattr(args, name) for name in ServerSettings.field_names()})
     logging.basicConfig(
@@ -146,14 +150,23 @@ def serve(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
         settings = settings.with_api_key_file()
         settings.verify()
         engine_args.create_engine_config()
-    except (ValueError, TypeError, FileNotFoundError) as e:
-        parser.error(str(e))
-    # 2. the HTTP server (FastAPI and uvicorn imported only now)
+    except (ValueError, TypeError, OSError) as e:
+        return _startup_error(str(e))
+    # 2. the HTTP server (FastAPI and uvicorn imported only now): binds the port, then loads the model
     try:
         from server.draining_server import serve as serve_http
+        from server.listener import StartupError
     except ImportError as e:
-        parser.error(f"{e}; the server needs its extra: pip install 'wde[server]'")
-    return serve_http(engine_args, settings, args.host, args.port, args.graceful_timeout, args.log_level)
+        return _startup_error(f"{e}; the server needs its extra: pip install 'wde[server]'")
+    try:
+        return serve_http(engine_args, settings, args.host, args.port, args.graceful_timeout, args.log_level)
+    except StartupError as e:
+        return _startup_error(str(e))
+
+
+def _startup_error(message: str) -> int:
+    print(f"wde serve: error: {message}", file=sys.stderr)
+    return 2
 
 
 def _add_dataclass_flags(

@@ -19,6 +19,7 @@ import uvicorn
 from server.app import create_app
 from server.app_state import AppState
 from server.engine_monitor import EngineMonitor
+from server.listener import bind_listener, url_of
 from server.settings import ServerSettings
 from server.uvicorn_options import uvicorn_options
 from wde.engine.async_llm_engine import AsyncLLMEngine
@@ -37,6 +38,10 @@ class DrainingServer(uvicorn.Server):
     def handle_exit(self, sig: int, frame: FrameType | None) -> None:
         self.state.begin_drain()
         super().handle_exit(sig, frame)
+
+    def _log_started_message(self, listeners: list[socket.SocketType]) -> None:
+        """Replaces "Uvicorn running on ...": the model may still be loading, the "ready" line says when."""
+        logger.info("listening on %s", ", ".join(url_of(sock) for sock in listeners))
 
     async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
         await super().shutdown(sockets)
@@ -60,42 +65,53 @@ def serve(
     graceful_timeout: float,
     log_level: str,
 ) -> int:
-    """Serve until a signal (exit 0) or an engine that failed to load (exit 1)."""
-    # 1. the engine (loading on its thread from now on) and the app
+    """Serve until a signal (exit 0) or an engine that failed to load (exit 1); ``StartupError`` (exit 2)
+    when the port cannot be bound, before anything loads."""
+    # 1. the port first: a busy port fails in one line, not after the model loaded
+    sock = bind_listener(host, port)
+    # 2. the engine (loading on its thread from now on) and the app
     engine = AsyncLLMEngine(engine_args)
     app = create_app(engine, settings)
     config = uvicorn.Config(
         app,
-        host=host,
-        port=port,
         log_level=log_level,
         timeout_graceful_shutdown=graceful_timeout,
-        access_log=log_level == "debug",
+        access_log=False,  # server/middleware/access_log.py logs one line per request instead
         **uvicorn_options(settings),
     )
     server = DrainingServer(config, app.state.wde)
+    logger.info(
+        "loading %s (GET /health answers 503 until it is ready)", engine_args.model or "the bundled model"
+    )
     engine.start()
-    # 2. log the engine's choices once it is up; stop the server if it cannot load
+    # 3. one "ready" line once the engine is up; stop the server if it cannot load
     load_failed = threading.Event()
     threading.Thread(
-        target=_report_engine, args=(engine, settings, server, load_failed), name="wde-load", daemon=True
+        target=_report_engine,
+        args=(engine, settings, server, load_failed, url_of(sock)),
+        name="wde-load",
+        daemon=True,
     ).start()
-    # 3. uvicorn, with signals drained gracefully
+    # 4. uvicorn on the bound socket, with signals drained gracefully
     # a dead engine stops the server (exit 1, for a supervisor); a wedged forward pass is logged
     monitor = EngineMonitor(engine, server, settings.exit_on_engine_failure, settings.max_batch_seconds)
     monitor.start()
     _exit_zero_on_signal()
-    server.run()
+    server.run(sockets=[sock])
     return 1 if load_failed.is_set() or monitor.stopped_server.is_set() else 0
 
 
 def _report_engine(
-    engine: AsyncLLMEngine, settings: ServerSettings, server: DrainingServer, load_failed: threading.Event
+    engine: AsyncLLMEngine,
+    settings: ServerSettings,
+    server: DrainingServer,
+    load_failed: threading.Event,
+    url: str,
 ) -> None:
     try:
         engine.wait_until_ready()
     except Exception as e:
-        logger.error("the engine failed to load, stopping the server: %s", e)
+        logger.error("the model failed to load, stopping the server: %s", e)
         load_failed.set()
         server.should_exit = True
         return
@@ -105,10 +121,11 @@ def _report_engine(
     model_config = engine_config.model_config
     scheduler_config = engine_config.scheduler_config
     logger.info(
-        "serving %s: task=%s attention_backend=%s dtype=%s device=%s executor=%s max_model_len=%d "
-        "max_num_batched_tokens=%d max_num_seqs=%d | payload_limit=%d max_client_batch_size=%d "
-        "max_concurrent_requests=%d api_key=%s",
+        "ready: serving %s at %s | task=%s attention_backend=%s dtype=%s device=%s executor=%s "
+        "max_model_len=%d max_num_batched_tokens=%d max_num_seqs=%d | payload_limit=%d "
+        "max_client_batch_size=%d max_concurrent_requests=%d api_key=%s",
         model_config.served_model_name,
+        url,
         model_config.task,
         engine.info.attention_backend,
         model_config.dtype,

@@ -94,8 +94,18 @@ ERROR_TABLE: dict[type[BaseException], ErrorKind] = {
 _ENGINE_FIELD = re.compile(r"^(inputs|dimensions|prompt_name|truncate|normalize)\b")
 
 
+# Starlette's routing answers (and FastAPI's unreadable body), by status.
+HTTP_ERROR_KINDS = {
+    400: ErrorKind(400, "Validation", "invalid_request_error", "invalid_body"),
+    404: ErrorKind(404, "NotFound", "invalid_request_error", "not_found"),
+    405: ErrorKind(405, "MethodNotAllowed", "invalid_request_error", "method_not_allowed"),
+}
+
+
 def error_kind(error: BaseException) -> ErrorKind:
     if isinstance(error, HTTPException):  # routing: 404 unknown path, 405 wrong method
+        if error.status_code in HTTP_ERROR_KINDS:
+            return HTTP_ERROR_KINDS[error.status_code]
         tei_type = "Validation" if error.status_code < 500 else "Backend"
         openai_type = "invalid_request_error" if error.status_code < 500 else "server_error"
         return ErrorKind(error.status_code, tei_type, openai_type)
@@ -182,8 +192,31 @@ def _location(loc: Any) -> str:
     return text
 
 
+def explain_http_error(request: Request, error: HTTPException) -> HTTPException:
+    """Starlette's bare "Not Found" / "Method Not Allowed" and FastAPI's "There was an error parsing the
+    body", reworded to say what was wrong and what to do."""
+    method, path = request.method, request.url.path
+    detail = error.detail
+    if error.status_code == 404:
+        detail = f"no route {method} {path}; GET /docs (or /openapi.json) lists the routes"
+    elif error.status_code == 405:
+        allowed = (error.headers or {}).get("Allow", "")
+        detail = f"{path} does not take {method}; use {allowed or 'another method'}"
+    elif error.status_code == 400 and isinstance(error.__cause__, UnicodeDecodeError):
+        cause = error.__cause__
+        detail = (
+            f"the body is not valid UTF-8 (byte 0x{cause.object[cause.start]:02x} at offset {cause.start}); "
+            "send JSON encoded as UTF-8"
+        )
+    elif error.status_code == 400 and error.__cause__ is not None:
+        detail = f"the body could not be read ({type(error.__cause__).__name__}); send a JSON object"
+    return HTTPException(error.status_code, detail, headers=error.headers)
+
+
 def install_error_handlers(app: FastAPI, retry_after_seconds: int) -> None:
     async def handle(request: Request, error: Exception) -> ORJSONResponse:
+        if isinstance(error, HTTPException):
+            error = explain_http_error(request, error)
         response = error_response(error, request.url.path, retry_after_seconds)
         if response.status_code == 500:
             logger.error("%s %s -> 500: %r", request.method, request.url.path, error)

@@ -14,11 +14,13 @@ from pydantic import (
     AfterValidator,
     BaseModel,
     ConfigDict,
+    Discriminator,
     Field,
     PlainValidator,
     StrictBool,
     StrictInt,
     StrictStr,
+    Tag,
     field_validator,
     model_validator,
 )
@@ -104,7 +106,7 @@ class TokenizeRequest(RequestModel):
 
 
 class RerankRequest(RequestModel):
-    """TEI ``POST /rerank``."""
+    """TEI ``POST /rerank`` with ``texts`` (a body with ``documents`` is a ``CohereRerankRequest``)."""
 
     query: StrictStr
     texts: Annotated[list[StrictStr], Field(min_length=1)]
@@ -112,6 +114,50 @@ class RerankRequest(RequestModel):
     truncation_direction: TruncationDirection = "right"
     raw_scores: StrictBool = False
     return_text: StrictBool = False
+
+
+PredictInputSchema = str | list[str] | list[list[str]]
+
+
+def parse_predict_inputs(value: Any) -> tuple[list[str | tuple[str, str]], bool]:
+    """TEI's predict inputs -> (texts or pairs, whether it was a batch), read as TEI reads them: ``"a"`` and
+    ``["a", "b"]`` (two strings: a pair) are one input; ``["a", "b", "c"]`` is a batch of three texts; a list
+    of lists (``[["a"], ["a", "b"]]``) is a batch of texts and pairs."""
+    if isinstance(value, str):
+        return [value], False
+    if not isinstance(value, list) or not value:
+        raise PydanticCustomError(
+            "predict_inputs", "expected a str, a [text, text] pair, or a list of [text] / [text, text] lists"
+        )
+    if all(isinstance(item, str) for item in value):
+        if len(value) == 2:
+            return [(value[0], value[1])], False
+        return list(value), True
+    sequences: list[str | tuple[str, str]] = []
+    for index, item in enumerate(value):
+        if not isinstance(item, list) or len(item) not in (1, 2) or not all(isinstance(x, str) for x in item):
+            raise PydanticCustomError(
+                "predict_inputs", "item {index} must be [text] or [text_1, text_2]", {"index": index}
+            )
+        sequences.append(item[0] if len(item) == 1 else (item[0], item[1]))
+    return sequences, True
+
+
+class PredictRequest(RequestModel):
+    """TEI ``POST /predict``: a classifier's label scores for texts or text pairs."""
+
+    inputs: Annotated[
+        tuple[list[Any], bool],
+        PlainValidator(parse_predict_inputs, json_schema_input_type=PredictInputSchema),
+    ]
+    raw_scores: StrictBool = False
+    truncate: StrictBool | None = Field(None, description="null: the server's --truncate default")
+    truncation_direction: TruncationDirection = "right"
+
+
+class Prediction(BaseModel):
+    score: float
+    label: str
 
 
 class Rank(BaseModel):
@@ -132,13 +178,17 @@ class EmbeddingModelType(BaseModel):
     pooling: str
 
 
-class RerankerModelType(BaseModel):
+class ClassifierModelType(BaseModel):
     id2label: dict[str, str]
+    label2id: dict[str, int]
 
 
 class ModelType(BaseModel):
+    """Exactly one key: embedding, reranker (one label) or classifier (several labels)."""
+
     embedding: EmbeddingModelType | None = None
-    reranker: RerankerModelType | None = None
+    reranker: ClassifierModelType | None = None
+    classifier: ClassifierModelType | None = None
 
 
 class InfoResponse(BaseModel):
@@ -230,10 +280,11 @@ class CohereRerankRequest(RequestModel):
     top_n: Annotated[StrictInt, Field(ge=1)] | None = None
     return_documents: StrictBool = False
     rank_fields: Annotated[list[StrictStr], Field(min_length=1)] | None = None
-    # Cohere's chunking / per-document token cap: wde cuts each (query, document) pair at max_model_len
-    # instead, so only null is accepted (clients send null when unset).
+    # Cohere's per-document token cap (cohere-haystack sends 4096): each document is cut to this many
+    # tokens before it is paired with the query; the pair is still cut at max_model_len.
+    max_tokens_per_doc: Annotated[StrictInt, Field(ge=1)] | None = None
+    # Cohere v1's chunking of long documents: not done (the pair is cut at max_model_len); only null.
     max_chunks_per_doc: None = None
-    max_tokens_per_doc: None = None
 
     @model_validator(mode="after")
     def _documents_have_the_ranked_fields(self) -> CohereRerankRequest:
@@ -260,6 +311,17 @@ class CohereRerankRequest(RequestModel):
             else:
                 texts.append("\n".join(f"{name}: {document[name]}" for name in fields))
         return texts
+
+
+def _rerank_family(value: Any) -> str:
+    """``/rerank`` takes TEI's ``texts`` or, as vLLM and Infinity do there, Cohere's ``documents``."""
+    return "cohere" if isinstance(value, dict) and "documents" in value else "tei"
+
+
+AnyRerankRequest = Annotated[
+    Annotated[RerankRequest, Tag("tei")] | Annotated[CohereRerankRequest, Tag("cohere")],
+    Discriminator(_rerank_family),
+]
 
 
 class RerankDocument(BaseModel):

@@ -6,9 +6,10 @@ from dataclasses import dataclass, fields, replace
 from pathlib import Path
 
 # Defaults: TEI's payload limit (2 MB) and max concurrent requests (512). TEI caps a client batch at 32
-# inputs; we allow 512 so OpenAI-style clients that send a few hundred texts per call keep working.
+# inputs; we allow 2048 so that batching clients keep working (LangChain's OpenAIEmbeddings sends 1,000
+# texts per request by default; the payload limit still bounds the bytes).
 DEFAULT_PAYLOAD_LIMIT = 2_000_000
-DEFAULT_MAX_CLIENT_BATCH_SIZE = 512
+DEFAULT_MAX_CLIENT_BATCH_SIZE = 2048
 DEFAULT_MAX_CONCURRENT_REQUESTS = 512
 
 
@@ -20,6 +21,8 @@ class ServerSettings:
     max_client_batch_size: int = DEFAULT_MAX_CLIENT_BATCH_SIZE  # inputs in one request
     max_concurrent_requests: int = DEFAULT_MAX_CONCURRENT_REQUESTS  # in flight; more get 429 at once
     retry_after_seconds: int = 1  # the Retry-After of 429 / 503 answers
+    strict_model_name: bool = False  # 404 for a request naming another model (default: any name is served)
+    access_log: bool = True  # one INFO line per request (wde.access)
     exit_on_engine_failure: bool = True  # a dead engine stops the server: exit 1 for a supervisor
     max_batch_seconds: float = 300.0  # a forward pass running longer makes /health 503 (wedged)
     body_read_timeout: float = 30.0  # seconds to receive a body; slower gets 408 and is closed

@@ -5,6 +5,7 @@ from __future__ import annotations
 from fastapi import APIRouter, Request
 
 from server.app_state import get_state
+from server.middleware.access_log import record_usage
 from server.protocol import EmbedRequest
 from server.responses import ORJSONResponse
 from wde.inputs import PoolingParams
@@ -25,5 +26,6 @@ async def embed(body: EmbedRequest, request: Request) -> ORJSONResponse:
         prompt_name=body.prompt_name,
     )
     outputs = await state.engine.encode(body.inputs, params)
+    record_usage(request.state, len(outputs), sum(output.num_tokens for output in outputs))
     # 3. float32 vectors straight to orjson
     return ORJSONResponse([output.embedding for output in outputs])

@@ -63,8 +63,17 @@ def describe(state: AppState) -> dict:
     }
 
 
+# Our pooling names -> TEI's (tei-client validates pooling against TEI's names).
+_TEI_POOLING = {"cls": "cls", "mean": "mean", "last": "last_token", "max": "max"}
+
+
 def _model_type(model_config) -> dict:
+    """TEI's model_type: a one-label cross-encoder is a "reranker", a classifier of several labels a
+    "classifier" (both with id2label and label2id); anything else an "embedding" model."""
     if model_config.task == "score":
         id2label = model_config.hf_config.get("id2label") or {"0": "LABEL_0"}
-        return {"reranker": {"id2label": {str(key): str(value) for key, value in id2label.items()}}}
-    return {"embedding": {"pooling": model_config.pooling.method}}
+        id2label = {str(key): str(value) for key, value in id2label.items()}
+        label2id = {label: int(key) for key, label in id2label.items()}
+        kind = "reranker" if model_config.num_labels == 1 else "classifier"
+        return {kind: {"id2label": id2label, "label2id": label2id}}
+    return {"embedding": {"pooling": _TEI_POOLING[model_config.pooling.method]}}

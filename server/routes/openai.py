@@ -8,6 +8,7 @@ import numpy as np
 from fastapi import APIRouter, Request
 
 from server.app_state import get_state
+from server.middleware.access_log import record_usage
 from server.protocol import EmbeddingRequest, EmbeddingResponse, ModelList
 from server.responses import ORJSONResponse
 from wde.inputs import PoolingParams
@@ -21,11 +22,14 @@ async def create_embeddings(body: EmbeddingRequest, request: Request) -> ORJSONR
     # 1. the model and the limits
     state.check_model(body.model)
     state.check_num_inputs(len(body.input), "input")
+    if any(isinstance(item, dict) for item in body.input):
+        state.warn_token_ids_once()
     # 2. the engine (bad input raises: 422 / 400); normalization: the model's default, as LLM.encode
     outputs = await state.engine.encode(body.input, PoolingParams(dimensions=body.dimensions))
     # 3. the response, vectors as float lists or base64 of little-endian float32
     encode = _base64 if body.encoding_format == "base64" else _identity
     num_tokens = sum(output.num_tokens for output in outputs)
+    record_usage(request.state, len(outputs), num_tokens)
     return ORJSONResponse(
         {
             "object": "list",

@@ -2,6 +2,9 @@
 
 A cross-encoder scores each (query, document) pair with its classifier; an embedding model by cosine
 similarity. Results are sorted by score, highest first, each with the document's original index.
+``/rerank`` answers in the shape of the request's family: TEI's ``{"query", "texts"}`` gets TEI's list of
+ranks; ``{"query", "documents"}`` (what vLLM and Infinity accept there, and litellm's ``hosted_vllm/`` and
+``infinity/`` providers send) gets the Cohere shape, as vLLM answers it.
 """
 
 from __future__ import annotations
@@ -12,25 +15,49 @@ from typing import Any
 from fastapi import APIRouter, Request
 
 from server.app_state import get_state
-from server.protocol import CohereRerankRequest, CohereRerankResponse, Rank, RerankRequest
+from server.middleware.access_log import record_usage
+from server.protocol import (
+    AnyRerankRequest,
+    CohereRerankRequest,
+    CohereRerankResponse,
+    Rank,
+    RerankRequest,
+)
 from server.responses import ORJSONResponse
 
 router = APIRouter(tags=["rerank"])
 
 
-@router.post("/rerank", response_model=list[Rank], response_class=ORJSONResponse)
-async def rerank(body: RerankRequest, request: Request) -> ORJSONResponse:
+@router.post("/rerank", response_model=list[Rank] | CohereRerankResponse, response_class=ORJSONResponse)
+async def rerank(body: AnyRerankRequest, request: Request) -> ORJSONResponse:
+    if isinstance(body, CohereRerankRequest):
+        return await cohere_rerank(body, request, api_version="1")
+    return await tei_rerank(body, request)
+
+
+@router.post("/v1/rerank", response_model=CohereRerankResponse, response_class=ORJSONResponse)
+async def rerank_v1(body: CohereRerankRequest, request: Request) -> ORJSONResponse:
+    return await cohere_rerank(body, request, api_version="1")
+
+
+@router.post("/v2/rerank", response_model=CohereRerankResponse, response_class=ORJSONResponse)
+async def rerank_v2(body: CohereRerankRequest, request: Request) -> ORJSONResponse:
+    return await cohere_rerank(body, request, api_version="2")
+
+
+async def tei_rerank(body: RerankRequest, request: Request) -> ORJSONResponse:
     state = get_state(request)
     # 1. limits
     state.check_num_inputs(len(body.texts), "texts")
     # 2. the engine (bad input raises: 422 / 400)
-    results, _ = await state.engine.rerank(
+    results, num_tokens = await state.engine.rerank(
         body.query,
         body.texts,
         return_documents=body.return_text,
         raw_scores=body.raw_scores,
         truncate=body.truncate,
     )
+    record_usage(request.state, len(body.texts), num_tokens)
     # 3. TEI's shape: [{"index", "score", "text"?}], best first
     ranks: list[dict[str, Any]] = []
     for result in results:
@@ -41,23 +68,16 @@ async def rerank(body: RerankRequest, request: Request) -> ORJSONResponse:
     return ORJSONResponse(ranks)
 
 
-@router.post("/v1/rerank", response_model=CohereRerankResponse, response_class=ORJSONResponse)
-async def rerank_v1(body: CohereRerankRequest, request: Request) -> ORJSONResponse:
-    return await _cohere_rerank(body, request, api_version="1")
-
-
-@router.post("/v2/rerank", response_model=CohereRerankResponse, response_class=ORJSONResponse)
-async def rerank_v2(body: CohereRerankRequest, request: Request) -> ORJSONResponse:
-    return await _cohere_rerank(body, request, api_version="2")
-
-
-async def _cohere_rerank(body: CohereRerankRequest, request: Request, api_version: str) -> ORJSONResponse:
+async def cohere_rerank(body: CohereRerankRequest, request: Request, api_version: str) -> ORJSONResponse:
     state = get_state(request)
     # 1. the model and the limits
     state.check_model(body.model)
     state.check_num_inputs(len(body.documents), "documents")
     # 2. the engine
-    results, num_tokens = await state.engine.rerank(body.query, body.document_texts(), top_n=body.top_n)
+    results, num_tokens = await state.engine.rerank(
+        body.query, body.document_texts(), top_n=body.top_n, max_tokens_per_doc=body.max_tokens_per_doc
+    )
+    record_usage(request.state, len(body.documents), num_tokens)
     # 3. Cohere's shape (with Jina's model / usage alongside)
     entries = []
     for result in results:

@@ -31,8 +31,8 @@ def test_drive_answers_every_text_once(live_server: LiveServer) -> None:
 
 
 def test_drive_counts_error_statuses(live_server: LiveServer) -> None:
-    # more inputs than --max-client-batch-size (512) in one request is a 4xx: counted, the run goes on
-    too_many = ["text"] * 600
+    # more inputs than --max-client-batch-size (2048) in one request is a 4xx: counted, the run goes on
+    too_many = ["text"] * 2100
     result = asyncio.run(drive(live_server.url, ["fine", too_many, "also fine"], concurrency=1))
     assert result.num_requests == 3 and result.num_errors == 1
 

@@ -84,9 +84,9 @@ def test_bad_environment_values_exit_2_naming_the_variable(
 
 
 def test_serve_refuses_a_bad_model_before_loading(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
-    with pytest.raises(SystemExit) as exited:
-        cli.main(["serve", str(tmp_path / "missing")])
-    assert exited.value.code == 2 and "config.json" in capsys.readouterr().err
+    assert cli.main(["serve", str(tmp_path / "missing")]) == 2
+    err = capsys.readouterr().err
+    assert "config.json" in err and err.startswith("wde serve: error: ") and err.count("\n") == 1
 
 
 def test_bench_forwards_its_arguments(monkeypatch: pytest.MonkeyPatch) -> None:

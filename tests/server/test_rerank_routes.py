@@ -94,16 +94,17 @@ async def test_cohere_rank_fields_rank_structured_documents(
         ("/v1/rerank", {"query": QUERY, "documents": ["a"], "top_n": 0}, 422, "top_n"),
         (
             "/v1/rerank",
-            {"query": QUERY, "documents": ["a"], "max_tokens_per_doc": 64},
+            {"query": QUERY, "documents": ["a"], "max_tokens_per_doc": 0},
             422,
             "max_tokens_per_doc",
         ),
         (
             "/v1/rerank",
-            {"query": QUERY, "documents": ["a"], "model": "rerank-english-v3.0"},
-            404,
-            "not served",
+            {"query": QUERY, "documents": ["a"], "max_chunks_per_doc": 2},
+            422,
+            "max_chunks_per_doc",
         ),
+        ("/rerank", {"query": QUERY, "documents": ["a"], "texts": ["b"]}, 422, "texts"),
         ("/v2/rerank", {"query": QUERY, "documents": ["a"], "unknown": 1}, 422, "unknown"),
     ],
 )

@@ -197,7 +197,6 @@ async def test_openai_token_inputs_and_dimensions(async_engine: AsyncLLMEngine, 
 @pytest.mark.parametrize(
     ("body", "status", "param", "code"),
     [
-        ({"input": "x", "model": "gpt-4"}, 404, None, "model_not_found"),
         ({"input": []}, 422, "input", None),
         ({"input": [[1, "a"]]}, 422, "input", None),
         ({"input": "x", "encoding_format": "int8"}, 422, "encoding_format", None),
@@ -216,6 +215,29 @@ async def test_openai_errors_have_openai_shape(
     assert set(error) == {"message", "type", "param", "code"}
     assert error["type"] == "invalid_request_error" and error["param"] == param and error["code"] == code
     assert "inputs" not in error["message"]
+
+
+async def test_model_names_any_by_default_strict_on_request(async_engine: AsyncLLMEngine) -> None:
+    """One model is served: a client's default model name reaches it (the answer names the served model);
+    --strict-model-name answers 404 as vLLM does."""
+    async with asgi_client(async_engine) as (client, _):
+        response = await client.post("/v1/embeddings", json={"input": "x", "model": "text-embedding-3-small"})
+        rerank = await client.post(
+            "/v1/rerank", json={"query": "q", "documents": ["d"], "model": "rerank-v3.5"}
+        )
+    assert response.status_code == 200 and response.json()["model"] == MODEL
+    assert rerank.status_code == 200 and rerank.json()["model"] == MODEL
+    async with asgi_client(async_engine, strict_model_name=True) as (client, _):
+        for path, body in [
+            ("/v1/embeddings", {"input": "x", "model": "gpt-4"}),
+            ("/v1/rerank", {"query": "q", "documents": ["d"], "model": "rerank-v3.5"}),
+        ]:
+            response = await client.post(path, json=body)
+            assert response.status_code == 404, response.text
+            assert response.json()["error"]["code"] == "model_not_found"
+            assert "--strict-model-name" in response.json()["error"]["message"]
+        served = await client.post("/v1/embeddings", json={"input": "x", "model": MODEL})
+    assert served.status_code == 200
 
 
 async def test_openai_models(async_engine: AsyncLLMEngine) -> None:

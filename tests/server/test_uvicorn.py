@@ -29,6 +29,7 @@ from wde.engine.async_llm_engine import AsyncLLMEngine
 
 MODEL = "sentence-transformers/all-MiniLM-L6-v2"
 TIMEOUT = 60.0
+JSON = {"content-type": "application/json"}
 
 
 @pytest.fixture(scope="module")
@@ -69,8 +70,8 @@ def test_openai_sdk_sees_errors_as_exceptions(live_server: LiveServer) -> None:
 
     client = openai.OpenAI(base_url=f"{live_server.url}/v1", api_key="unused", max_retries=0, timeout=TIMEOUT)
     with pytest.raises(openai.NotFoundError) as not_found:
-        client.embeddings.create(model="text-embedding-3-small", input="x")
-    assert not_found.value.code == "model_not_found"
+        client.with_options(base_url=f"{live_server.url}/v1/nope").embeddings.create(model=MODEL, input="x")
+    assert not_found.value.code == "not_found"
     with pytest.raises(openai.UnprocessableEntityError) as invalid:
         client.embeddings.create(model=MODEL, input=[], encoding_format="float")
     assert invalid.value.param == "input"
@@ -120,7 +121,7 @@ def test_burst_over_the_concurrency_limit_gets_only_200_and_429(live_server: Liv
         ("/tokenize", b"null", {"content-type": "application/json"}),
         ("/v1/embeddings", b'{"input": [[]]}', {"content-type": "application/json"}),
         ("/v1/embeddings", b'{"input": [1.5]}', {"content-type": "application/json"}),
-        ("/v1/embeddings", json.dumps({"input": ["x"] * 600}).encode(), {"content-type": "application/json"}),
+        ("/v1/embeddings", json.dumps({"input": ["x"] * 2100}).encode(), JSON),
         ("/embed", b"[" + b'"x",' * 100 + b'"x"]', {"content-type": "application/json"}),
     ],
 )

@@ -31,10 +31,18 @@ from wde.engine.engine_thread import (
 )
 from wde.engine.errors import raise_for_errors
 from wde.engine.llm_engine import LLMEngine
-from wde.engine.scoring import CosinePlan, make_pairs, rank, rerank_documents
+from wde.engine.scoring import CosinePlan, cap_document_tokens, make_pairs, rank, rerank_documents
 from wde.engine_args import EngineArgs
-from wde.inputs import PoolingParams, PromptType
+from wde.inputs import PoolingParams, PromptType, TextPair
 from wde.outputs import EmbeddingOutput, RequestOutput, RerankResult, ScoreOutput
+
+# What a caller can do with a model of each task (HTTP routes first: most callers are HTTP clients).
+TASK_HINTS = {
+    "embed": "it embeds (POST /embed, /v1/embeddings) and scores by cosine similarity (POST /rerank, "
+    "/v1/rerank); load a cross-encoder to classify pairs",
+    "score": "it scores texts and pairs (POST /rerank, /v1/rerank, /predict); load an embedding model for "
+    "embeddings",
+}
 
 
 class TaskNotSupportedError(ValueError):
@@ -160,19 +168,40 @@ class AsyncLLMEngine:
         return_documents: bool = False,
         raw_scores: bool = False,
         truncate: bool | None = None,
+        max_tokens_per_doc: int | None = None,
     ) -> tuple[list[RerankResult], int]:
         """(documents sorted by relevance to ``query``, highest first, with their original ``index``;
-        tokens processed)."""
-        texts = rerank_documents(query, documents, top_n, self.info.model_config)
+        tokens processed). ``max_tokens_per_doc`` cuts each document to that many tokens first."""
+        info = self.info
+        texts = rerank_documents(query, documents, top_n, info.model_config)
+        if max_tokens_per_doc is not None:  # a tokenizer pass over every document: off the event loop
+            texts = await asyncio.to_thread(
+                cap_document_tokens,
+                info.tokenizer,
+                texts,
+                max_tokens_per_doc,
+                info.model_config.max_model_len,
+            )
         scores = await self.score(query, texts, truncate=truncate, raw_scores=raw_scores)
         return rank(scores, documents, top_n, return_documents), sum(score.num_tokens for score in scores)
+
+    async def classify(
+        self, inputs: Sequence[str | TextPair], *, truncate: bool | None = None, raw_scores: bool = False
+    ) -> list[ScoreOutput]:
+        """A classifier's scores (every label) of single texts or (text_1, text_2) pairs, in order."""
+        self._check_task("score")
+        outputs = await self._submit(
+            _as_list(inputs), PoolingParams(truncate=truncate, raw_scores=raw_scores)
+        )
+        raise_for_errors(outputs)
+        return outputs  # type: ignore[return-value]
 
     def _check_task(self, task: str) -> None:
         model_config = self.info.model_config
         if model_config.task != task:
             raise TaskNotSupportedError(
-                f"this model ({model_config.architecture}) serves task {model_config.task!r}, "
-                f"not {task!r}; use the {model_config.task} endpoints or load another model"
+                f"this model ({model_config.architecture}) serves task {model_config.task!r}, not {task!r}: "
+                f"{TASK_HINTS[model_config.task]}"
             )
 
     async def _submit(self, prompts: Sequence[Any], params: Any) -> list[RequestOutput]:

@@ -78,6 +78,8 @@ class InputProcessor:
             raise ValueError(
                 f"{where}: text has {len(text)} characters, more than the limit of {self.max_input_chars}"
             )
+        if not text.isascii():
+            _check_unicode(where, text)
         return text
 
     def _check_token_ids(self, position: int, token_ids: Any, truncate: bool) -> list[int]:
@@ -114,6 +116,18 @@ class InputProcessor:
                     f"{where}[{index}]: token type {type_id} is outside [0, {self.type_vocab_size})"
                 )
         return list(type_ids)
+
+
+def _check_unicode(where: str, text: str) -> None:
+    """A lone UTF-16 surrogate (JSON "\\ud800" decodes to one) is no Unicode text: the tokenizer would refuse
+    it with an internal type error."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as e:
+        raise ValueError(
+            f"{where}: the text has a lone UTF-16 surrogate (U+{ord(text[e.start]):04X} at character "
+            f"{e.start}), which is not valid Unicode; send valid UTF-8 text"
+        ) from None
 
 
 def describe(value: Any) -> str:

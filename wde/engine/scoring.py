@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+import tokenizers
 
 from wde.config import ModelConfig
 from wde.inputs import TextPair
@@ -58,6 +59,32 @@ def rerank_documents(
             f"rerank needs one relevance score per pair; this model has {model_config.num_labels} labels"
         )
     return [document for _, document in pairs]
+
+
+def cap_document_tokens(
+    tokenizer: tokenizers.Tokenizer,
+    documents: Sequence[str],
+    max_tokens_per_doc: int | None,
+    max_model_len: int,
+) -> list[str]:
+    """Each document cut to its first ``max_tokens_per_doc`` tokens (Cohere's per-document cap), by the
+    character offsets of an untruncated tokenizer without special tokens. A cap of max_model_len or more
+    changes nothing (the pair is cut at max_model_len keeping prefixes anyway), so it costs nothing."""
+    if max_tokens_per_doc is not None and (
+        isinstance(max_tokens_per_doc, bool)
+        or not isinstance(max_tokens_per_doc, int)
+        or max_tokens_per_doc < 1
+    ):
+        raise ValueError(f"max_tokens_per_doc must be a positive int or None, got {max_tokens_per_doc!r}")
+    if max_tokens_per_doc is None or max_tokens_per_doc >= max_model_len:
+        return list(documents)
+    encodings = tokenizer.encode_batch(list(documents), add_special_tokens=False)
+    return [
+        document
+        if len(encoding.offsets) <= max_tokens_per_doc
+        else document[: encoding.offsets[max_tokens_per_doc - 1][1]]
+        for document, encoding in zip(documents, encodings, strict=True)
+    ]
 
 
 def rank(

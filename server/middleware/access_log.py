@@ -1,0 +1,85 @@
+"""One access-log line per HTTP request at INFO (``wde.access``): method, route, status, duration, client,
+and the inputs and tokens the handler processed; 4xx lines at WARNING and 5xx at ERROR, with the error
+message the client got. Outermost, so every answer is logged, including the middlewares' own
+401 / 408 / 413 / 429 / 503."""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import Any
+
+import orjson
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+logger = logging.getLogger("wde.access")
+
+CLIENT_CLOSED = 499  # the client left before an answer (nginx's convention)
+MAX_ERROR_BODY_BYTES = 4096  # error bodies are small JSON; read no more to find the message
+USAGE_KEY = "wde_usage"  # scope["state"] key that handlers fill through ``record_usage``
+
+
+def record_usage(scope_state: Any, num_inputs: int, num_tokens: int | None = None) -> None:
+    """Called by route handlers (``record_usage(request.state, ...)``) for the access log line."""
+    setattr(scope_state, USAGE_KEY, (num_inputs, num_tokens))
+
+
+class AccessLogMiddleware:
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        start = time.perf_counter()
+        status = CLIENT_CLOSED
+        error_body = bytearray()
+
+        async def send_and_watch(message: Message) -> None:
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = message["status"]
+            elif message["type"] == "http.response.body" and status >= 400:
+                error_body.extend(message.get("body", b"")[: MAX_ERROR_BODY_BYTES - len(error_body)])
+            await send(message)
+
+        try:
+            await self.app(scope, receive, send_and_watch)
+        except Exception:
+            status = 500
+            raise
+        finally:
+            _log(scope, status, time.perf_counter() - start, bytes(error_body))
+
+
+def _log(scope: Scope, status: int, seconds: float, error_body: bytes) -> None:
+    level = logging.ERROR if status >= 500 else logging.WARNING if status >= 400 else logging.INFO
+    if not logger.isEnabledFor(level):
+        return
+    client = scope.get("client")
+    parts = [
+        f"{scope['method']} {scope['path']} {status} {seconds * 1000:.1f} ms",
+        f"client={client[0]}:{client[1]}" if client else "client=-",
+    ]
+    usage = scope.get("state", {}).get(USAGE_KEY)
+    if usage is not None:
+        num_inputs, num_tokens = usage
+        parts.append(f"inputs={num_inputs}")
+        if num_tokens is not None:
+            parts.append(f"tokens={num_tokens}")
+    if status >= 400 and status != CLIENT_CLOSED:
+        parts.append(f"error={_error_message(error_body)!r}")
+    logger.log(level, " ".join(parts))
+
+
+def _error_message(body: bytes) -> str:
+    """The message of our TEI or OpenAI error shape; the raw text otherwise."""
+    try:
+        payload = orjson.loads(body)
+    except orjson.JSONDecodeError:
+        return body.decode("utf-8", errors="replace").strip()
+    error = payload.get("error") if isinstance(payload, dict) else None
+    if isinstance(error, dict):
+        error = error.get("message")
+    return str(error if error is not None else payload)

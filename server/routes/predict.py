@@ -1,0 +1,48 @@
+"""TEI ``POST /predict``: a classifier's (or cross-encoder's) label scores for texts or text pairs.
+
+As TEI: every label with its score, highest first; sigmoid for a one-label model, softmax over the labels
+otherwise (``raw_scores``: the logits). One input answers a list of labels, a batch a list of such lists.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+from fastapi import APIRouter, Request
+
+from server.app_state import get_state
+from server.middleware.access_log import record_usage
+from server.protocol import Prediction, PredictRequest
+from server.responses import ORJSONResponse
+
+router = APIRouter(tags=["TEI"])
+
+
+@router.post(
+    "/predict", response_model=list[Prediction] | list[list[Prediction]], response_class=ORJSONResponse
+)
+async def predict(body: PredictRequest, request: Request) -> ORJSONResponse:
+    state = get_state(request)
+    inputs, is_batch = body.inputs
+    # 1. limits
+    state.check_num_inputs(len(inputs), "inputs")
+    # 2. the engine: logits, activated here as TEI does
+    outputs = await state.engine.classify(inputs, truncate=body.truncate, raw_scores=True)
+    record_usage(request.state, len(outputs), sum(output.num_tokens for output in outputs))
+    id2label = state.engine.info.model_config.hf_config.get("id2label") or {}
+    predictions = [_labels(output.scores, id2label, body.raw_scores) for output in outputs]
+    # 3. TEI's shape
+    return ORJSONResponse(predictions if is_batch else predictions[0])
+
+
+def _labels(logits: np.ndarray, id2label: dict[str, str], raw_scores: bool) -> list[dict[str, Any]]:
+    if raw_scores:
+        scores = logits
+    elif logits.shape[0] == 1:
+        scores = 1.0 / (1.0 + np.exp(-logits))
+    else:
+        shifted = np.exp(logits - logits.max())
+        scores = shifted / shifted.sum()
+    order = np.argsort(-scores, kind="stable")
+    return [{"score": float(scores[i]), "label": str(id2label.get(str(i), f"LABEL_{i}"))} for i in order]
