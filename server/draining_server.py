@@ -39,10 +39,6 @@ class DrainingServer(uvicorn.Server):
         self.state.begin_drain()
         super().handle_exit(sig, frame)
 
-    def _log_started_message(self, listeners: list[socket.SocketType]) -> None:
-        """Replaces "Uvicorn running on ...": the model may still be loading, the "ready" line says when."""
-        logger.info("listening on %s", ", ".join(url_of(sock) for sock in listeners))
-
     async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
         await super().shutdown(sockets)
         # the requests cancelled at --graceful-timeout answer 503 as they unwind: let them finish first
@@ -77,11 +73,14 @@ def serve(
         log_level=log_level,
         timeout_graceful_shutdown=graceful_timeout,
         access_log=False,  # server/middleware/access_log.py logs one line per request instead
+        log_config=None,  # uvicorn's own lines in the format `wde serve` configured
         **uvicorn_options(settings),
     )
     server = DrainingServer(config, app.state.wde)
     logger.info(
-        "loading %s (GET /health answers 503 until it is ready)", engine_args.model or "the bundled model"
+        "listening on %s; loading %s (GET /health answers 503 until the ready line)",
+        url_of(sock),
+        engine_args.model or "the bundled model",
     )
     engine.start()
     # 3. one "ready" line once the engine is up; stop the server if it cannot load

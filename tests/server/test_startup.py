@@ -1,0 +1,93 @@
+"""``wde serve`` start-up as a user meets it: a folder without tokenizer files or weights, and a busy port,
+fail in one line with exit code 2 before any port is bound or any weight is loaded; a good start logs
+"listening", then one "ready" line with the URL, then one access line per request."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+
+from tests.server.test_cli import REPO, TIMEOUT, free_port, wde_command
+from tests.tiny_models import BERT_TOKENIZER_FILES, save_tiny_bert
+
+
+def _serve(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [*wde_command(), "serve", *args],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT,
+        env={**os.environ, **(env or {})},
+    )
+
+
+def _one_line_error(result: subprocess.CompletedProcess[str], needle: str) -> None:
+    assert result.returncode == 2, result.stderr
+    assert result.stderr.startswith("wde serve: error: ") and result.stderr.count("\n") == 1, result.stderr
+    assert needle in result.stderr
+    assert "Traceback" not in result.stderr + result.stdout
+    assert "listening" not in result.stderr + result.stdout and "loading" not in result.stderr + result.stdout
+
+
+@pytest.fixture(scope="module")
+def bert_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return save_tiny_bert(tmp_path_factory.mktemp("startup-bert"))
+
+
+def test_folder_without_tokenizer_fails_in_one_line(tmp_path: Path, bert_dir: Path) -> None:
+    path = tmp_path / "no-tokenizer"
+    shutil.copytree(bert_dir, path, ignore=shutil.ignore_patterns(*BERT_TOKENIZER_FILES))
+    _one_line_error(_serve(str(path), "--port", str(free_port())), "no tokenizer files")
+
+
+def test_folder_without_weights_fails_in_one_line(tmp_path: Path, bert_dir: Path) -> None:
+    path = tmp_path / "no-weights"
+    shutil.copytree(bert_dir, path, ignore=shutil.ignore_patterns("*.safetensors"))
+    result = _serve(str(path), "--port", str(free_port()))
+    _one_line_error(result, "has no weights (model.safetensors or pytorch_model.bin)")
+    assert "--model" not in result.stderr  # there is no such flag: the model is the first argument
+
+
+def test_busy_port_fails_before_the_model_loads() -> None:
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        _one_line_error(_serve("--port", str(port)), f"port {port} on 127.0.0.1 is in use")
+
+
+def test_ready_line_with_the_url_and_access_lines(tmp_path: Path) -> None:
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    log_path = tmp_path / "serve.log"
+    with log_path.open("w") as log:
+        process = subprocess.Popen(
+            [*wde_command(), "serve", "--port", str(port)], cwd=REPO, stdout=log, stderr=subprocess.STDOUT
+        )
+    try:
+        deadline = time.monotonic() + TIMEOUT
+        while f"ready: serving sentence-transformers/all-MiniLM-L6-v2 at {url}" not in log_path.read_text():
+            assert process.poll() is None and time.monotonic() < deadline, log_path.read_text()
+            time.sleep(0.1)
+        assert httpx.post(f"{url}/embed", json={"inputs": ["a", "b"]}, timeout=TIMEOUT).status_code == 200
+        assert httpx.post(f"{url}/embed", json={"inputs": []}, timeout=TIMEOUT).status_code == 422
+        process.send_signal(signal.SIGTERM)
+        assert process.wait(TIMEOUT) == 0, log_path.read_text()
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait(TIMEOUT)
+    log = log_path.read_text()
+    assert "Uvicorn running" not in log
+    assert log.index(f"listening on {url}") < log.index("ready: serving")
+    assert log.count("wde.access: POST /embed 200") == 1 and "inputs=2 tokens=6" in log
+    assert log.count("wde.access: POST /embed 422") == 1 and "WARNING wde.access" in log
