@@ -20,8 +20,11 @@ $(PY):
 install: $(PY) ## create .venv and install wde with the server and dev extras (torch pinned by constraints.txt)
 	$(PIP) install --quiet -c constraints.txt -e ".[server,dev]"
 
-test: ## run the test suite (GPU tests skip without CUDA)
+test: ## run the whole test suite, as CI does (GPU tests skip without CUDA)
 	$(PY) -m pytest -q; rc=$$?; if [ $$rc -eq 5 ]; then echo "pytest: no tests collected"; rc=0; fi; exit $$rc
+
+test-fast: ## the inner-loop subset: every test but those marked slow (real weights, real `wde serve` processes)
+	$(PY) -m pytest -q -m "not slow"
 
 lint: ## ruff check + format check
 	$(PY) -m ruff check .
@@ -47,7 +50,7 @@ clean: ## remove caches and build output (keeps .venv)
 	rm -rf build dist *.egg-info .pytest_cache .ruff_cache
 	find . -name __pycache__ -not -path "./$(VENV)/*" -prune -exec rm -rf {} +
 
-.PHONY: help install test lint format bench bench-server bench-peers serve clean
+.PHONY: help install test test-fast lint format bench bench-server bench-peers serve clean
 
 IMAGE ?= wde
 

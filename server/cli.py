@@ -91,9 +91,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     if argv and argv[0] == "bench":
         from wde.bench import offline, server_load
 
+        from wde.bench.dataset import BenchmarkDataError
+
         rest = argv[1:]
         uses_server = any(arg == "--server" or arg.startswith("--server=") for arg in rest)
-        (server_load.main if uses_server else offline.main)(rest)
+        try:
+            (server_load.main if uses_server else offline.main)(rest)
+        except BenchmarkDataError as e:
+            print(f"wde bench: error: {e}", file=sys.stderr)
+            return 2
         return 0
     # 2. serve
     parser = build_parser()

@@ -7,6 +7,8 @@ import pytest
 
 from tests.shared_data import read_texts
 
+pytestmark = pytest.mark.slow  # real weights on real data: tens of seconds
+
 MIN_COSINE = 0.99999
 MAX_ABS_DIFF = 1e-5
 NUM_DOCS = 1000

@@ -6,8 +6,12 @@ checks the first NUM_QUERIES queries to stay fast.
 
 from __future__ import annotations
 
+import pytest
+
 from tests.shared_data import read_rerank
 from wde.bench.rerank_quality import mrr_at_10, recall_at_1, reference_rankings
+
+pytestmark = pytest.mark.slow  # real weights on real data: tens of seconds
 
 NUM_QUERIES = 30
 

@@ -320,6 +320,7 @@ def test_unsupported_architecture_is_named(bert_dir: Path, tmp_path: Path) -> No
 COMPILE_ATOL = 1e-5  # inductor may reorder float32 reductions; nothing more
 
 
+@pytest.mark.slow  # torch.compile: tens of seconds
 def test_compiled_blocks_equal_eager(bert_dir: Path) -> None:
     texts = ["hello world", "a longer sentence about packages and their descriptions", "x"]
     eager = wde.LLM(model=str(bert_dir), pooling="mean", normalize=False)

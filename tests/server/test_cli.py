@@ -98,6 +98,18 @@ def test_bench_forwards_its_arguments(monkeypatch: pytest.MonkeyPatch) -> None:
     assert seen == [["--limit", "5", "--repeats", "1"]]
 
 
+def test_bench_without_its_data_says_what_it_is(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    assert cli.main(["bench", "--data", str(tmp_path / "docs.jsonl"), "--limit", "1"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("wde bench: error: benchmark data ") and "../shared/data" in err and "--data" in err
+
+
+def test_bench_help_shows_the_server_mode(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        cli.main(["bench", "--help"])
+    assert "wde bench --server URL" in capsys.readouterr().out
+
+
 def test_entry_point_and_lazy_server_imports() -> None:
     assert 'wde = "server.cli:main"' in (REPO / "pyproject.toml").read_text(encoding="utf-8")
     code = "import sys, server.cli; assert 'fastapi' not in sys.modules and 'uvicorn' not in sys.modules"
@@ -118,6 +130,7 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
+@pytest.mark.slow  # a real `wde serve` process
 def test_sigterm_drains_in_flight_requests_and_exits_0(tmp_path: Path) -> None:
     port = free_port()
     url = f"http://127.0.0.1:{port}"

@@ -65,6 +65,7 @@ def test_busy_port_fails_before_the_model_loads() -> None:
         _one_line_error(_serve("--port", str(port)), f"port {port} on 127.0.0.1 is in use")
 
 
+@pytest.mark.slow  # a real `wde serve` process
 def test_ready_line_with_the_url_and_access_lines(tmp_path: Path) -> None:
     port = free_port()
     url = f"http://127.0.0.1:{port}"

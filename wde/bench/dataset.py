@@ -5,11 +5,33 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+# The shared data set (Debian package descriptions: docs.jsonl, queries.jsonl, rerank.jsonl) sits beside
+# the repository, in ../shared/data; an installed wde has no such folder and needs --data.
+SHARED_DATA = Path(__file__).resolve().parents[2].parent / "shared" / "data"
+
+
+class BenchmarkDataError(FileNotFoundError):
+    """The benchmark's data file is missing; the message says what it is and how to pass another."""
+
+
+def shared_data_path(name: str) -> str:
+    """``../shared/data/<name>`` beside the repository, whatever the current directory."""
+    return str(SHARED_DATA / name)
+
+
+def require_data(path: str | Path) -> Path:
+    path = Path(path)
+    if not path.is_file():
+        raise BenchmarkDataError(
+            f"benchmark data {path} not found: the default is the shared data set (Debian package "
+            "descriptions) that sits beside the repository in ../shared/data; pass --data FILE with a "
+            '.jsonl of {"text": ...} lines (or a .txt of one text per line)'
+        )
+    return path
+
 
 def load_texts(path: str | Path, limit: int | None = None) -> list[str]:
-    path = Path(path)
-    if not path.exists():
-        raise FileNotFoundError(f"benchmark data {path} not found")
+    path = require_data(path)
     texts: list[str] = []
     with path.open(encoding="utf-8") as f:
         if path.suffix != ".jsonl":

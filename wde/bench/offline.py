@@ -18,7 +18,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from wde.bench import peers
-from wde.bench.dataset import load_texts
+from wde.bench.dataset import load_texts, shared_data_path
 from wde.bench.flops import encoder_flops, matmul_peak_gflops
 
 
@@ -64,9 +64,13 @@ def time_runs(run: Callable[[], np.ndarray], repeats: int) -> tuple[list[float],
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+        prog="wde bench",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog="wde bench --server URL [--concurrency 1 32 ...]: the HTTP load benchmark against a running "
+        "server instead (wde bench --server URL --help lists its flags).",
     )
-    parser.add_argument("--data", default="../shared/data/docs.jsonl")
+    parser.add_argument("--data", default=shared_data_path("docs.jsonl"))
     parser.add_argument(
         "--model", default=None, help="local HF directory (default: bundled all-MiniLM-L6-v2)"
     )

@@ -13,6 +13,8 @@ from pathlib import Path
 
 import numpy as np
 
+from wde.bench.dataset import require_data, shared_data_path
+
 
 def mrr_at_10(rankings: Sequence[Sequence[int]], relevant: Sequence[int]) -> float:
     reciprocal = [
@@ -41,7 +43,7 @@ def reference_rankings(model_path: str, records: list[dict]) -> list[list[int]]:
 
 
 def load_records(path: str | Path, limit: int | None = None) -> list[dict]:
-    with Path(path).open(encoding="utf-8") as f:
+    with require_data(path).open(encoding="utf-8") as f:
         records = [json.loads(line) for line in f]
     return records[:limit] if limit else records
 
@@ -50,7 +52,7 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("--data", default="../shared/data/rerank.jsonl")
+    parser.add_argument("--data", default=shared_data_path("rerank.jsonl"))
     parser.add_argument(
         "--model", default=None, help="local HF directory (default: bundled all-MiniLM-L6-v2)"
     )

@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 
 from wde.bench import peers
-from wde.bench.dataset import load_texts
+from wde.bench.dataset import load_texts, shared_data_path
 from wde.bench.subprocess_server import free_port, serving
 
 STARTUP_TIMEOUT_S = 180.0
@@ -122,7 +122,7 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("--data", default="../shared/data/queries.jsonl")
+    parser.add_argument("--data", default=shared_data_path("queries.jsonl"))
     parser.add_argument("--limit", type=int, default=2000, help="texts sent per concurrency level")
     parser.add_argument(
         "--words", type=int, default=None, help="only the texts of exactly this many words (e.g. 10)"
