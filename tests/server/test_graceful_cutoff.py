@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 
 import httpx
+import pytest
 
 from tests.server.conftest import LONG_TEXT
 from tests.server.test_cli import REPO, _healthy, _in_flight, free_port, wde_command
@@ -21,6 +22,7 @@ NUM_REQUESTS = 20
 TEXTS = [LONG_TEXT] * 64  # 64 inputs of 256 tokens: together far more than a second of CPU work
 
 
+@pytest.mark.slow  # a real `wde serve` process
 def test_requests_cut_off_by_the_graceful_timeout_get_json_503(tmp_path: Path) -> None:
     port = free_port()
     url = f"http://127.0.0.1:{port}"
