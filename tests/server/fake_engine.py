@@ -37,6 +37,7 @@ class FakeEngine:
         model_config = SimpleNamespace(task="embed", architecture="FakeModel")
         self.engine_config = SimpleNamespace(model_config=model_config)
         self.forward_clock = ForwardClock()
+        self.num_idle_calls = 0  # on_idle() calls: the engine thread went idle
 
     def add_requests(self, request_ids: list[str], prompts: list[Any], params: Any) -> None:
         for index, prompt in enumerate(prompts):
@@ -58,6 +59,9 @@ class FakeEngine:
 
     def has_pending_captures(self) -> bool:
         return False
+
+    def on_idle(self) -> None:
+        self.num_idle_calls += 1
 
     def step(self) -> list[RequestOutput]:
         self.num_steps += 1

@@ -246,6 +246,8 @@ class EngineThread:
             #    captured first, one bucket at a time, until a command arrives)
             if not engine.has_unfinished_requests() and engine.has_pending_captures():
                 engine.capture_while_idle(self._commands.empty)
+            if not engine.has_unfinished_requests():
+                engine.on_idle()  # give back memory a burst of large batches left behind (rate-limited)
             for command in self._take_commands(block=not engine.has_unfinished_requests()):
                 stopping = self._apply(engine, command) or stopping
             self._publish_counts(engine)

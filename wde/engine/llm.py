@@ -137,6 +137,7 @@ class LLM:
                 for request_id in request_ids:
                     self.engine.abort_request(request_id)
                 raise
+        self.engine.on_idle()
         raise_for_errors(results)
         return results  # type: ignore[return-value]
 

@@ -13,6 +13,7 @@ from typing import Any
 from wde.config import EngineConfig
 from wde.engine.executor import EXECUTORS, BatchResult, Executor, ModelRunner
 from wde.engine.forward_clock import ForwardClock
+from wde.engine.memory_trimmer import MemoryTrimmer
 from wde.engine.request import Request, RequestStatus
 from wde.engine.scheduler import SchedulerOutput
 from wde.engine.stats import BatchStats, StepStats
@@ -45,6 +46,7 @@ class LLMEngine:
         self.output_processor = workflow.output_processor()
         self.requests: dict[str, Request] = {}
         self.last_step_stats: StepStats | None = None
+        self.memory_trimmer = MemoryTrimmer()
 
     @classmethod
     def from_engine_args(cls, engine_args: Any) -> LLMEngine:
@@ -120,6 +122,11 @@ class LLMEngine:
     def has_pending_captures(self) -> bool:
         return self.runner.has_pending_captures()
 
+    def on_idle(self) -> None:
+        """Call when nothing is left to run: gives the OS back the heap pages large batches left behind
+        (glibc ``malloc_trim``, rate-limited by ``MemoryTrimmer``; never per step)."""
+        self.memory_trimmer.on_idle()
+
     @property
     def forward_clock(self) -> ForwardClock:
         """How long the running forward pass has taken; safe to read from any thread (the watchdog)."""
@@ -136,6 +143,7 @@ class LLMEngine:
         for output in outputs:
             self.requests.pop(output.request_id, None)
         self.last_step_stats = self._step_stats(scheduler_output, results)
+        self.memory_trimmer.note_tokens(self.last_step_stats.num_scheduled_tokens)
         return outputs
 
     def _step_stats(self, scheduler_output: SchedulerOutput, results: list[BatchResult]) -> StepStats:

@@ -1,0 +1,82 @@
+"""``MemoryTrimmer``: gives back to the OS the heap pages that large batches leave behind, when idle.
+
+A batch of long inputs allocates large activations; once freed, glibc keeps most of them in its arenas
+(its dynamic mmap threshold moves up after the first large frees, so later large blocks come from the
+heap), and the process's RSS settles at the high-water mark, not a leak. ``malloc_trim(0)`` returns those
+free pages. It walks every arena (15-35 ms after a burst on this CPU), so it never runs per step: only
+when the engine goes idle, after at least ``min_tokens`` tokens ran since the last trim, and at most once
+per ``min_interval_seconds``. Not glibc (macOS, musl): a no-op.
+
+Measured (bundled all-MiniLM-L6-v2, CPU, 200 inputs of 256 tokens x 3, sync and async executors):
+RSS 442 MiB loaded, 557-573 MiB after the bursts and idle, 451-452 MiB after the trim; short inputs
+(200 x ~8 tokens x 3): 480 MiB, 440 MiB after the trim.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import logging
+import time
+from collections.abc import Callable
+
+logger = logging.getLogger(__name__)
+
+DEFAULT_MIN_TOKENS = 16384  # ~64 inputs of 256 tokens: the trim's cost stays far below the work's
+DEFAULT_MIN_INTERVAL_SECONDS = 1.0
+
+
+def glibc_malloc_trim() -> Callable[[], int] | None:
+    """``malloc_trim(0)`` of the C library, or None where it has none (not glibc)."""
+    name = ctypes.util.find_library("c")
+    if name is None:
+        return None
+    try:
+        trim = ctypes.CDLL(name).malloc_trim
+    except (OSError, AttributeError):
+        return None
+    trim.argtypes = [ctypes.c_size_t]
+    trim.restype = ctypes.c_int
+    return lambda: trim(0)
+
+
+class MemoryTrimmer:
+    def __init__(
+        self,
+        min_tokens: int = DEFAULT_MIN_TOKENS,
+        min_interval_seconds: float = DEFAULT_MIN_INTERVAL_SECONDS,
+        trim: Callable[[], int] | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        """``trim`` defaults to glibc's ``malloc_trim(0)`` (looked up on first use)."""
+        self.min_tokens = min_tokens
+        self.min_interval_seconds = min_interval_seconds
+        self._trim = trim
+        self._looked_up = trim is not None
+        self._clock = clock
+        self._last_trim = float("-inf")
+        self.num_tokens_since_trim = 0
+        self.num_trims = 0
+
+    def note_tokens(self, num_tokens: int) -> None:
+        """Count the tokens of a scheduled batch (engine thread, every step: cheap)."""
+        self.num_tokens_since_trim += num_tokens
+
+    def on_idle(self) -> bool:
+        """The engine has nothing to run: trim if enough work ran since the last trim. True if it trimmed."""
+        if self.num_tokens_since_trim < self.min_tokens:
+            return False
+        now = self._clock()
+        if now - self._last_trim < self.min_interval_seconds:
+            return False
+        if not self._looked_up:
+            self._trim, self._looked_up = glibc_malloc_trim(), True
+        self.num_tokens_since_trim = 0
+        self._last_trim = now
+        if self._trim is None:
+            return False
+        start = time.perf_counter()
+        self._trim()
+        self.num_trims += 1
+        logger.debug("malloc_trim after idle: %.1f ms", (time.perf_counter() - start) * 1e3)
+        return True
