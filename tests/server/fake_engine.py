@@ -38,6 +38,7 @@ class FakeEngine:
         self.engine_config = SimpleNamespace(model_config=model_config)
         self.forward_clock = ForwardClock()
         self.num_idle_calls = 0  # on_idle() calls: the engine thread went idle
+        self.idle_wait_seconds: float | None = None  # on_idle's answer: call me again after that long
 
     def add_requests(self, request_ids: list[str], prompts: list[Any], params: Any) -> None:
         for index, prompt in enumerate(prompts):
@@ -60,8 +61,9 @@ class FakeEngine:
     def has_pending_captures(self) -> bool:
         return False
 
-    def on_idle(self) -> None:
+    def on_idle(self) -> float | None:
         self.num_idle_calls += 1
+        return self.idle_wait_seconds
 
     def step(self) -> list[RequestOutput]:
         self.num_steps += 1

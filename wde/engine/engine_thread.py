@@ -246,9 +246,11 @@ class EngineThread:
             #    captured first, one bucket at a time, until a command arrives)
             if not engine.has_unfinished_requests() and engine.has_pending_captures():
                 engine.capture_while_idle(self._commands.empty)
-            if not engine.has_unfinished_requests():
-                engine.on_idle()  # give back memory a burst of large batches left behind (rate-limited)
-            for command in self._take_commands(block=not engine.has_unfinished_requests()):
+            #    Idle, the engine gives back memory large batches left behind; a trim deferred by its rate
+            #    limit bounds the wait, so that it still runs if no command comes.
+            idle = not engine.has_unfinished_requests()
+            wait_seconds = engine.on_idle() if idle else None
+            for command in self._take_commands(block=idle, timeout=wait_seconds):
                 stopping = self._apply(engine, command) or stopping
             self._publish_counts(engine)
             # 2. one step when there is work
@@ -262,8 +264,14 @@ class EngineThread:
     def _publish_counts(self, engine: LLMEngine) -> None:
         self.counts = EngineCounts(engine.num_waiting, engine.get_num_unfinished_requests())
 
-    def _take_commands(self, block: bool) -> list[Command]:
-        commands = [self._commands.get()] if block else []
+    def _take_commands(self, block: bool, timeout: float | None = None) -> list[Command]:
+        """Every queued command; with ``block``, wait for one first (up to ``timeout`` s, None: forever)."""
+        commands: list[Command] = []
+        if block:
+            try:
+                commands.append(self._commands.get(timeout=timeout))
+            except queue.Empty:
+                return commands
         while True:
             try:
                 commands.append(self._commands.get_nowait())

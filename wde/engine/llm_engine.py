@@ -122,10 +122,11 @@ class LLMEngine:
     def has_pending_captures(self) -> bool:
         return self.runner.has_pending_captures()
 
-    def on_idle(self) -> None:
+    def on_idle(self) -> float | None:
         """Call when nothing is left to run: gives the OS back the heap pages large batches left behind
-        (glibc ``malloc_trim``, rate-limited by ``MemoryTrimmer``; never per step)."""
-        self.memory_trimmer.on_idle()
+        (glibc ``malloc_trim``, rate-limited by ``MemoryTrimmer``; never per step). Returns None, or the
+        seconds after which to call again (still idle) for a trim that the rate limit deferred."""
+        return self.memory_trimmer.on_idle()
 
     @property
     def forward_clock(self) -> ForwardClock:
