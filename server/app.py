@@ -32,6 +32,7 @@ from server.middleware.draining_cutoff import DrainingCutoffMiddleware
 from server.middleware.head_as_get import HeadAsGetMiddleware
 from server.middleware.http_metrics import HttpMetricsMiddleware
 from server.middleware.request_body import RequestBodyMiddleware
+from server.openapi import install_openapi
 from server.responses import ORJSONResponse
 from server.routes import compat, embed, info, metrics, openai, predict, rerank, tokenize
 from server.settings import ServerSettings
@@ -55,6 +56,7 @@ def create_app(engine: AsyncLLMEngine, settings: ServerSettings | None = None) -
     for module in ROUTE_MODULES:
         app.include_router(module.router)
     install_error_handlers(app, settings.retry_after_seconds)
+    install_openapi(app, state)
     # 3. middlewares: the last added is the outermost
     app.add_middleware(HeadAsGetMiddleware)
     app.add_middleware(AdmissionMiddleware, state=state)  # after the body is read: slow bodies hold no slot

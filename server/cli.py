@@ -90,7 +90,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     #    HTTP load benchmark against that running server, otherwise the offline one
     if argv and argv[0] == "bench":
         from wde.bench import offline, server_load
-
         from wde.bench.dataset import BenchmarkDataError
 
         rest = argv[1:]

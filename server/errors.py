@@ -179,11 +179,15 @@ def _validation_message(error: RequestValidationError) -> tuple[str, str | None]
     return "; ".join(parts) or "invalid request", params[0] if params else None
 
 
+# Tags of discriminated request unions (``/rerank``: TEI's or Cohere's body) that pydantic puts in locations.
+_UNION_TAGS = frozenset({"tei", "cohere"})
+
+
 def _location(loc: Any) -> str:
-    """('body', 'inputs', 3) -> 'inputs[3]'."""
+    """('body', 'inputs', 3) -> 'inputs[3]'; ('body', 'cohere', 'top_n') -> 'top_n'."""
     text = ""
-    for part in loc:
-        if part == "body" and not text:
+    for index, part in enumerate(loc):
+        if (part == "body" and not text) or (index == 1 and loc[0] == "body" and part in _UNION_TAGS):
             continue
         if isinstance(part, int):
             text += f"[{part}]"

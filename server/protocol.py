@@ -13,6 +13,7 @@ from typing import Annotated, Any, Literal
 from pydantic import (
     AfterValidator,
     BaseModel,
+    BeforeValidator,
     ConfigDict,
     Discriminator,
     Field,
@@ -21,13 +22,16 @@ from pydantic import (
     StrictInt,
     StrictStr,
     Tag,
+    WithJsonSchema,
     field_validator,
     model_validator,
 )
 from pydantic_core import PydanticCustomError
 
-# What an ``inputs`` / ``input`` field accepts: one text, texts, one token-id list, or token-id lists.
-InputsSchema = str | list[str | list[int]] | list[int]
+# What an ``inputs`` / ``input`` field accepts: one text, texts, one token-id list, or token-id lists (the
+# model's limits, such as the vocabulary size, are added to /openapi.json by server/openapi.py).
+TokenIds = Annotated[list[Annotated[int, Field(ge=0)]], Field(min_length=1)]
+InputsSchema = str | Annotated[list[str | TokenIds], Field(min_length=1)] | TokenIds
 
 
 def parse_inputs(value: Any) -> list[str | dict[str, list[int]]]:
@@ -44,14 +48,14 @@ def parse_inputs(value: Any) -> list[str | dict[str, list[int]]]:
         )
     if not value:
         raise PydanticCustomError("inputs_empty", "is an empty list; pass at least one input")
-    if all(isinstance(item, int) and not isinstance(item, bool) for item in value):
-        return [{"prompt_token_ids": value}]
+    if all(_is_token_id(item) for item in value):
+        return [{"prompt_token_ids": _token_ids(value)}]
     prompts: list[str | dict[str, list[int]]] = []
     for index, item in enumerate(value):
         if isinstance(item, str):
             prompts.append(item)
         elif isinstance(item, list):
-            prompts.append({"prompt_token_ids": item})
+            prompts.append({"prompt_token_ids": _token_ids(item)})
         else:
             raise PydanticCustomError(
                 "inputs_item_type",
@@ -61,8 +65,28 @@ def parse_inputs(value: Any) -> list[str | dict[str, list[int]]]:
     return prompts
 
 
+def _is_token_id(value: Any) -> bool:
+    return (isinstance(value, int) and not isinstance(value, bool)) or (
+        isinstance(value, float) and value.is_integer()
+    )
+
+
+def _token_ids(values: list[Any]) -> list[Any]:
+    """JSON has one number type: 101.0 is the integer 101 (as JSON Schema's "integer" says); other values
+    are kept for the engine to refuse by position."""
+    return [int(value) if isinstance(value, float) and value.is_integer() else value for value in values]
+
+
 Inputs = Annotated[list[Any], PlainValidator(parse_inputs, json_schema_input_type=InputsSchema)]
-Dimensions = Annotated[StrictInt, Field(ge=1, description="keep the first N dimensions (Matryoshka)")]
+
+
+def _integral_float_to_int(value: Any) -> Any:
+    return int(value) if isinstance(value, float) and value.is_integer() else value
+
+
+# A positive integer as JSON has it: 3 or 3.0 (one number type; JSON Schema's "integer"), never "3" or true.
+PositiveInt = Annotated[StrictInt, Field(ge=1), BeforeValidator(_integral_float_to_int)]
+Dimensions = Annotated[PositiveInt, Field(description="keep the first N dimensions (Matryoshka)")]
 
 
 class RequestModel(BaseModel):
@@ -78,7 +102,12 @@ def _right_only(value: str) -> str:
     return "right"
 
 
-TruncationDirection = Annotated[Literal["right", "Right", "left", "Left"], AfterValidator(_right_only)]
+# "left" is read (to answer it with a clear message) but not documented: only right truncation is served.
+TruncationDirection = Annotated[
+    Literal["right", "Right", "left", "Left"],
+    AfterValidator(_right_only),
+    WithJsonSchema({"type": "string", "enum": ["right", "Right"], "default": "right"}),
+]
 
 
 # ---- TEI ----------------------------------------------------------------------------------------------
@@ -92,7 +121,10 @@ class EmbedRequest(RequestModel):
 
 
 class TokenizeRequest(RequestModel):
-    inputs: Annotated[list[Any], PlainValidator(parse_inputs, json_schema_input_type=str | list[str])]
+    inputs: Annotated[
+        list[Any],
+        PlainValidator(parse_inputs, json_schema_input_type=str | Annotated[list[str], Field(min_length=1)]),
+    ]
     add_special_tokens: StrictBool = True
     prompt_name: str | None = None
 
@@ -116,7 +148,11 @@ class RerankRequest(RequestModel):
     return_text: StrictBool = False
 
 
-PredictInputSchema = str | list[str] | list[list[str]]
+PredictInputSchema = (
+    str
+    | Annotated[list[str], Field(min_length=1)]
+    | Annotated[list[Annotated[list[str], Field(min_length=1, max_length=2)]], Field(min_length=1)]
+)
 
 
 def parse_predict_inputs(value: Any) -> tuple[list[str | tuple[str, str]], bool]:
@@ -276,32 +312,31 @@ class CohereRerankRequest(RequestModel):
 
     model: str | None = None
     query: StrictStr
-    documents: Annotated[list[StrictStr | dict[str, Any]], Field(min_length=1)]
-    top_n: Annotated[StrictInt, Field(ge=1)] | None = None
+    documents: Annotated[list[StrictStr | dict[str, StrictStr]], Field(min_length=1)]
+    top_n: PositiveInt | None = None
     return_documents: StrictBool = False
     rank_fields: Annotated[list[StrictStr], Field(min_length=1)] | None = None
     # Cohere's per-document token cap (cohere-haystack sends 4096): each document is cut to this many
     # tokens before it is paired with the query; the pair is still cut at max_model_len.
-    max_tokens_per_doc: Annotated[StrictInt, Field(ge=1)] | None = None
+    max_tokens_per_doc: PositiveInt | None = None
     # Cohere v1's chunking of long documents: not done (the pair is cut at max_model_len); only null.
     max_chunks_per_doc: None = None
 
     @model_validator(mode="after")
-    def _documents_have_the_ranked_fields(self) -> CohereRerankRequest:
-        fields = self.rank_fields or ["text"]
+    def _documents_have_text(self) -> CohereRerankRequest:
+        if self.rank_fields is not None:
+            return self
         for index, document in enumerate(self.documents):
-            if isinstance(document, dict):
-                for name in fields:
-                    if not isinstance(document.get(name), str):
-                        raise ValueError(
-                            f"documents[{index}] has no string field {name!r} (rank_fields: {fields})"
-                        )
+            if isinstance(document, dict) and not isinstance(document.get("text"), str):
+                raise ValueError(
+                    f"documents[{index}] has no string field 'text'; send it, or name the fields to rank "
+                    "by in rank_fields"
+                )
         return self
 
     def document_texts(self) -> list[str]:
-        """What the model reads for each document: the string, its "text", or "field: value" lines of
-        rank_fields (Cohere's way of ranking structured documents)."""
-        fields = self.rank_fields or ["text"]
+        """What the model reads for each document: the string, its "text", or "field: value" lines of the
+        rank_fields it has (Cohere's way of ranking structured documents; a missing field is left out)."""
         texts = []
         for document in self.documents:
             if isinstance(document, str):
@@ -309,7 +344,8 @@ class CohereRerankRequest(RequestModel):
             elif self.rank_fields is None:
                 texts.append(document["text"])
             else:
-                texts.append("\n".join(f"{name}: {document[name]}" for name in fields))
+                lines = [f"{name}: {document[name]}" for name in self.rank_fields if name in document]
+                texts.append("\n".join(lines))
         return texts
 
 

@@ -6,7 +6,7 @@ from typing import Any
 
 import numpy as np
 import orjson
-from starlette.responses import Response
+from starlette.responses import JSONResponse
 
 
 def _default(value: Any) -> Any:
@@ -22,8 +22,9 @@ def dumps(content: Any) -> bytes:
     return orjson.dumps(content, default=_default, option=orjson.OPT_SERIALIZE_NUMPY)
 
 
-class ORJSONResponse(Response):
-    media_type = "application/json"
+class ORJSONResponse(JSONResponse):
+    """A JSONResponse (so FastAPI documents the route's response model in /openapi.json) rendered by
+    orjson."""
 
     def render(self, content: Any) -> bytes:
         return dumps(content)

@@ -1,0 +1,156 @@
+"""``install_openapi(app, state)``: an /openapi.json that tells the truth about this server.
+
+FastAPI's schema documents 200 and 422 only, and knows nothing of the served model. This adds, per route,
+the error statuses the server answers (in the route family's error shape: TEI's or OpenAI's) and, once
+the model is loaded, the model's own limits: only the routes of its task, its prompt names, its hidden
+size for ``dimensions``, its vocabulary for token ids, --max-client-batch-size for lists, and the bodies
+TEI's ``POST /`` takes for it. Generated clients and schemathesis' positive cases then send what the
+server accepts. The complete schema is built once, after the model is loaded.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import FastAPI
+from fastapi.openapi.utils import get_openapi
+
+from server.app_state import AppState
+from server.errors import is_openai_path
+from server.protocol import OpenAIErrorResponse, TEIErrorResponse
+from wde.config import ModelConfig
+
+REF = "#/components/schemas/{model}"
+PUBLIC_PATHS = frozenset({"/health", "/metrics"})
+# The statuses every POST route may answer besides 200 and 422 (README's error table).
+POST_ERRORS = {
+    400: "an input is too long with truncation off, the body is not UTF-8, or the model serves another task",
+    408: "the headers or the body arrived too slowly",
+    413: "the body or the number of inputs is over the limit",
+    429: "too many requests in flight; retry after Retry-After",
+    431: "the headers are too large",
+    500: "running an input failed (only that input's request)",
+    503: "the model is loading, the server is shutting down, or the engine died",
+}
+GET_ERRORS = {503: "the model is loading or the server is shutting down"}
+TASK_PATHS = {  # routes that only a model of the other task can serve
+    "embed": {"/predict"},
+    "score": {"/embed", "/v1/embeddings"},
+}
+ROOT_BODIES = {
+    "embed": ("EmbedRequest", "EmbeddingRequest"),
+    "score": ("RerankRequest", "CohereRerankRequest", "PredictRequest"),
+}
+
+
+def install_openapi(app: FastAPI, state: AppState) -> None:
+    def openapi() -> dict[str, Any]:
+        if app.openapi_schema:
+            return app.openapi_schema
+        schema = get_openapi(title=app.title, version=app.version, routes=app.routes)
+        _document_errors(schema, state)
+        if not state.engine.is_ready:
+            return schema  # the model's limits are not known yet: built again on the next call
+        _constrain_to_model(schema, state.engine.info.model_config, state)
+        app.openapi_schema = schema
+        return schema
+
+    app.openapi = openapi  # type: ignore[method-assign]
+
+
+# ---- errors ---------------------------------------------------------------------------------------------
+def _document_errors(schema: dict[str, Any], state: AppState) -> None:
+    components = schema.setdefault("components", {}).setdefault("schemas", {})
+    for model in (TEIErrorResponse, OpenAIErrorResponse):
+        model_schema = model.model_json_schema(ref_template=REF)
+        components.update(model_schema.pop("$defs", {}))
+        components[model.__name__] = model_schema
+    for path, operations in schema["paths"].items():
+        error_model = "OpenAIErrorResponse" if is_openai_path(path) else "TEIErrorResponse"
+        for method, operation in operations.items():
+            errors = dict(POST_ERRORS if method == "post" else GET_ERRORS)
+            if state.settings.api_key and path not in PUBLIC_PATHS:
+                errors[401] = "missing or wrong API key"
+            if state.settings.strict_model_name and path.startswith(("/v1/", "/v2/")) and method == "post":
+                errors[404] = "the request names another model (--strict-model-name)"
+            responses = operation.setdefault("responses", {})
+            if "422" in responses:
+                errors[422] = "invalid input: the message names the field"
+            for status, description in errors.items():
+                responses[str(status)] = {
+                    "description": description,
+                    "content": {"application/json": {"schema": {"$ref": REF.format(model=error_model)}}},
+                }
+
+
+# ---- the model's limits ---------------------------------------------------------------------------------
+def _constrain_to_model(schema: dict[str, Any], model_config: ModelConfig, state: AppState) -> None:
+    # 1. only the routes of the model's task
+    for path in TASK_PATHS[model_config.task]:
+        schema["paths"].pop(path, None)
+    # 2. POST / and /invocations take the bodies of the model's routes
+    root_body = {"oneOf": [{"$ref": REF.format(model=name)} for name in ROOT_BODIES[model_config.task]]}
+    for path in ("/", "/invocations"):
+        operation = schema["paths"].get(path, {}).get("post")
+        if operation is not None:
+            operation["requestBody"]["content"]["application/json"]["schema"] = root_body
+    # 3. fields whose valid values depend on the model and the server's limits
+    components = schema["components"]["schemas"]
+    limits = _Limits(model_config, state.settings.max_client_batch_size)
+    for name in ("EmbedRequest", "EmbeddingRequest", "TokenizeRequest"):
+        properties = components.get(name, {}).get("properties", {})
+        for field in ("inputs", "input"):
+            if field in properties:
+                limits.constrain_inputs(properties[field])
+        if "dimensions" in properties:
+            for option in properties["dimensions"].get("anyOf", []):
+                if option.get("type") == "integer":
+                    option["maximum"] = model_config.hidden_size
+        if "prompt_name" in properties:
+            properties["prompt_name"] = {
+                "anyOf": [{"type": "string", "enum": sorted(model_config.prompts)}, {"type": "null"}]
+                if model_config.prompts
+                else [{"type": "null"}],
+                "description": "a prompt of this model (config_sentence_transformers.json)",
+            }
+    for name, field in (("RerankRequest", "texts"), ("CohereRerankRequest", "documents")):
+        properties = components.get(name, {}).get("properties", {})
+        if field in properties:
+            properties[field]["maxItems"] = state.settings.max_client_batch_size
+    # 4. rerank: raw logits exist only for a cross-encoder; a structured document documented with its
+    #    "text" (with rank_fields, other string fields are ranked instead)
+    if model_config.task == "embed":
+        components["RerankRequest"]["properties"]["raw_scores"] = {"type": "boolean", "enum": [False]}
+    cohere = components.get("CohereRerankRequest")
+    if cohere is not None:
+        _document_structured_documents(cohere)
+
+
+def _document_structured_documents(cohere: dict[str, Any]) -> None:
+    """A document is a string or an object of string fields; without rank_fields an object needs "text"
+    (with rank_fields, the fields it has of those are ranked)."""
+    string_fields = {"type": "object", "additionalProperties": {"type": "string"}}
+    cohere["properties"]["documents"]["items"] = {"anyOf": [{"type": "string"}, string_fields]}
+    with_text = {**string_fields, "required": ["text"]}
+    cohere["if"] = {"required": ["rank_fields"], "properties": {"rank_fields": {"type": "array"}}}
+    cohere["else"] = {"properties": {"documents": {"items": {"anyOf": [{"type": "string"}, with_text]}}}}
+
+
+class _Limits:
+    def __init__(self, model_config: ModelConfig, max_client_batch_size: int) -> None:
+        self.max_token_id = model_config.vocab_size - 1
+        self.max_client_batch_size = max_client_batch_size
+
+    def constrain_inputs(self, node: dict[str, Any]) -> None:
+        """An ``inputs`` schema: str | [str | token ids] | token ids. (Text length is bounded by
+        --payload-limit, in bytes: no maxLength in characters to document.)"""
+        for option in node.get("anyOf", [node]):
+            if option.get("type") == "array" and option.get("items", {}).get("type") == "integer":
+                self._constrain_token_ids(option)
+            elif option.get("type") == "array":
+                option["maxItems"] = self.max_client_batch_size
+                self.constrain_inputs(option["items"])
+
+    def _constrain_token_ids(self, node: dict[str, Any]) -> None:
+        # no maxItems: longer lists are cut to max_model_len when the request truncates, 400 otherwise
+        node["items"]["maximum"] = self.max_token_id
