@@ -24,7 +24,6 @@ from starlette.middleware.cors import CORSMiddleware
 import wde
 from server.app_state import AppState
 from server.errors import install_error_handlers
-from server.middleware.access_log import AccessLogMiddleware
 from server.middleware.admission import AdmissionMiddleware
 from server.middleware.auth import ApiKeyMiddleware
 from server.middleware.draining import DrainingMiddleware
@@ -72,9 +71,9 @@ def create_app(engine: AsyncLLMEngine, settings: ServerSettings | None = None) -
         origins = settings.cors_allow_origins
         app.add_middleware(CORSMiddleware, allow_origins=origins, allow_methods=["*"], allow_headers=["*"])
     known_paths = {route.path for module in ROUTE_MODULES for route in module.router.routes}
-    app.add_middleware(HttpMetricsMiddleware, metrics=state.metrics, known_paths=known_paths)
-    if settings.access_log:
-        app.add_middleware(AccessLogMiddleware)
+    app.add_middleware(
+        HttpMetricsMiddleware, metrics=state.metrics, known_paths=known_paths, access_log=settings.access_log
+    )
     return app
 
 

@@ -72,7 +72,7 @@ def serve(
         app,
         log_level=log_level,
         timeout_graceful_shutdown=graceful_timeout,
-        access_log=False,  # server/middleware/access_log.py logs one line per request instead
+        access_log=False,  # server/access_log.py logs one line per request instead
         log_config=None,  # uvicorn's own lines in the format `wde serve` configured
         **uvicorn_options(settings),
     )

@@ -1,4 +1,4 @@
-"""Pure ASGI middlewares, outermost first: HttpMetricsMiddleware (every answer counted), CORSMiddleware
+"""Pure ASGI middlewares, outermost first: HttpMetricsMiddleware (every answer counted and logged), CORSMiddleware
 (with --cors-allow-origins), DrainingCutoffMiddleware (503 for requests cut off by --graceful-timeout),
 ApiKeyMiddleware (401), DrainingMiddleware (503 while draining), RequestBodyMiddleware (413 over
 --payload-limit, 408 over --body-read-timeout; cancels the handler when the client disconnects),

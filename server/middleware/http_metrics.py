@@ -1,4 +1,5 @@
-"""Counts and times every HTTP answer by route template and status (499: client gone before an answer)."""
+"""Observes every HTTP answer, outermost: counts and times it by route template and status (499: client
+gone before an answer) and, with the access log on, logs its line (``server/access_log.py``)."""
 
 from __future__ import annotations
 
@@ -6,17 +7,21 @@ import time
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from server.access_log import MAX_ERROR_BODY_BYTES, log_access
 from server.metrics import ServerMetrics
 
-CLIENT_CLOSED = "499"  # nginx's convention for a client that disconnected before the answer
+CLIENT_CLOSED = 499  # nginx's convention for a client that disconnected before the answer
 UNMATCHED = "unmatched"  # any path that is no route: one label value, however many paths are probed
 
 
 class HttpMetricsMiddleware:
-    def __init__(self, app: ASGIApp, metrics: ServerMetrics, known_paths: set[str]) -> None:
+    def __init__(
+        self, app: ASGIApp, metrics: ServerMetrics, known_paths: set[str], access_log: bool = True
+    ) -> None:
         self.app = app
         self.metrics = metrics
         self.known_paths = known_paths  # route templates, for answers given before routing (401, 413, 429)
+        self.access_log = access_log
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -24,21 +29,26 @@ class HttpMetricsMiddleware:
             return
         start = time.perf_counter()
         status = CLIENT_CLOSED
+        error_body = bytearray()  # the start of an error answer, for the log line's message
 
         async def send_and_record(message: Message) -> None:
             nonlocal status
             if message["type"] == "http.response.start":
-                status = str(message["status"])
+                status = message["status"]
+            elif message["type"] == "http.response.body" and status >= 400 and self.access_log:
+                error_body.extend(message.get("body", b"")[: MAX_ERROR_BODY_BYTES - len(error_body)])
             await send(message)
 
         try:
             await self.app(scope, receive, send_and_record)
         except Exception:
-            status = "500"
+            status = 500
             raise
         finally:
-            route = self._route_label(scope)
-            self.metrics.observe_http(route, scope["method"], status, time.perf_counter() - start)
+            seconds = time.perf_counter() - start
+            self.metrics.observe_http(self._route_label(scope), scope["method"], str(status), seconds)
+            if self.access_log:
+                log_access(scope, status, seconds, bytes(error_body))
 
     def _route_label(self, scope: Scope) -> str:
         """The matched route's path template (routing stores the route in the scope), not the raw path."""

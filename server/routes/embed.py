@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from fastapi import APIRouter, Request
 
+from server.access_log import record_usage
 from server.app_state import get_state
-from server.middleware.access_log import record_usage
 from server.protocol import EmbedRequest
 from server.responses import ORJSONResponse
 from wde.inputs import PoolingParams

@@ -7,8 +7,8 @@ import base64
 import numpy as np
 from fastapi import APIRouter, Request
 
+from server.access_log import record_usage
 from server.app_state import get_state
-from server.middleware.access_log import record_usage
 from server.protocol import EmbeddingRequest, EmbeddingResponse, ModelList
 from server.responses import ORJSONResponse
 from wde.inputs import PoolingParams

@@ -11,8 +11,8 @@ from typing import Any
 import numpy as np
 from fastapi import APIRouter, Request
 
+from server.access_log import record_usage
 from server.app_state import get_state
-from server.middleware.access_log import record_usage
 from server.protocol import Prediction, PredictRequest
 from server.responses import ORJSONResponse
 

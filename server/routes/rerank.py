@@ -14,8 +14,8 @@ from typing import Any
 
 from fastapi import APIRouter, Request
 
+from server.access_log import record_usage
 from server.app_state import get_state
-from server.middleware.access_log import record_usage
 from server.protocol import (
     AnyRerankRequest,
     CohereRerankRequest,

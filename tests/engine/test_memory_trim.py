@@ -35,6 +35,7 @@ print(json.dumps({"before": before, "after": rss_mib(), "num_trims": llm.engine.
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc; malloc_trim is glibc's")
+@pytest.mark.slow  # a fresh process, bursts of long inputs
 def test_idle_engine_returns_the_memory_of_long_batches() -> None:
     result = subprocess.run(
         [sys.executable, "-c", MEASURE], cwd=REPO, capture_output=True, text=True, timeout=300, check=True

@@ -4,7 +4,6 @@ real ``wde serve`` process that drains in-flight requests on SIGTERM and exits 0
 from __future__ import annotations
 
 import json
-import os
 import signal
 import socket
 import subprocess
@@ -16,15 +15,12 @@ from pathlib import Path
 import httpx
 import numpy as np
 import pytest
-from prometheus_client.parser import text_string_to_metric_families
 
 from server import cli
 from server.settings import ServerSettings
 from tests.server.conftest import LONG_TEXT
+from tests.server.serve_process import REPO, TIMEOUT, in_flight, serve_process
 from wde import EngineArgs
-
-REPO = Path(__file__).resolve().parents[2]
-TIMEOUT = 90.0
 
 
 def parse(*argv: str):
@@ -116,44 +112,18 @@ def test_entry_point_and_lazy_server_imports() -> None:
     subprocess.run([sys.executable, "-c", code], cwd=REPO, check=True, timeout=TIMEOUT)
 
 
-def wde_command() -> list[str]:
-    """The installed ``wde`` script when it is this package's (``make install``), else the same module."""
-    script = Path(sys.executable).with_name("wde")
-    if script.is_file() and "server.cli" in script.read_text(encoding="utf-8", errors="replace"):
-        return [str(script)]
-    return [sys.executable, "-m", "server.cli"]
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 @pytest.mark.slow  # a real `wde serve` process
 def test_sigterm_drains_in_flight_requests_and_exits_0(tmp_path: Path) -> None:
-    port = free_port()
-    url = f"http://127.0.0.1:{port}"
-    log_path = tmp_path / "serve.log"
-    with log_path.open("w") as log:
-        process = subprocess.Popen(
-            [*wde_command(), "serve", "--port", str(port), "--max-num-batched-tokens", "256"],
-            cwd=REPO,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            env={**os.environ, "WDE_LOG_LEVEL": "warning"},
-        )
-    try:
+    env = {"WDE_LOG_LEVEL": "warning"}
+    with serve_process(tmp_path, "--max-num-batched-tokens", "256", env=env) as server:
         # 1. ready
+        server.wait_healthy()
         deadline = time.monotonic() + TIMEOUT
-        while not _healthy(url):
-            assert process.poll() is None and time.monotonic() < deadline, log_path.read_text()
-            time.sleep(0.1)
         # 2. in flight: one request whose body is only half sent, so it is certainly unfinished when the
         #    signal arrives (its headers came first; it is admitted once its body is in), then two
         #    requests computing (6 forward passes of 256 tokens)
         body = json.dumps({"inputs": ["sent after SIGTERM", LONG_TEXT]}).encode()
-        slow = socket.create_connection(("127.0.0.1", port), timeout=TIMEOUT)
+        slow = socket.create_connection(("127.0.0.1", server.port), timeout=TIMEOUT)
         head = (
             "POST /embed HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
             f"Content-Length: {len(body)}\r\n\r\n"
@@ -162,18 +132,18 @@ def test_sigterm_drains_in_flight_requests_and_exits_0(tmp_path: Path) -> None:
         results: list[tuple[int, int]] = []
 
         def post() -> None:
-            response = httpx.post(f"{url}/embed", json={"inputs": [LONG_TEXT] * 3}, timeout=TIMEOUT)
+            response = httpx.post(f"{server.url}/embed", json={"inputs": [LONG_TEXT] * 3}, timeout=TIMEOUT)
             results.append((response.status_code, np.asarray(response.json()).shape[0]))
 
         clients = [threading.Thread(target=post) for _ in range(2)]
         for client in clients:
             client.start()
-        while _in_flight(url) < 2:
+        while in_flight(server.url) < 2:
             assert time.monotonic() < deadline, "the requests never arrived"
             time.sleep(0.01)
         # 3. SIGTERM: the server stops listening, yet finishes what it admitted, then exits 0
-        process.send_signal(signal.SIGTERM)
-        while _accepts_connections(port):
+        server.process.send_signal(signal.SIGTERM)
+        while _accepts_connections(server.port):
             assert time.monotonic() < deadline, "the server kept listening after SIGTERM"
             time.sleep(0.01)
         slow.sendall(body[10:])
@@ -181,11 +151,7 @@ def test_sigterm_drains_in_flight_requests_and_exits_0(tmp_path: Path) -> None:
         slow.close()
         for client in clients:
             client.join(TIMEOUT)
-        assert process.wait(TIMEOUT) == 0, log_path.read_text()
-    finally:
-        if process.poll() is None:
-            process.kill()
-            process.wait(TIMEOUT)
+        assert server.wait() == 0, server.log()
     assert status == 200 and np.asarray(answer).shape == (2, 384)
     assert results == [(200, 3)] * 2
 
@@ -213,18 +179,3 @@ def _read_response(sock: socket.socket) -> tuple[int, object]:
         assert chunk, "connection closed in the middle of the body"
         body += chunk
     return int(lines[0].split()[1]), json.loads(body)
-
-
-def _healthy(url: str) -> bool:
-    try:
-        return httpx.get(f"{url}/health", timeout=5).status_code == 200
-    except httpx.TransportError:
-        return False
-
-
-def _in_flight(url: str) -> float:
-    text = httpx.get(f"{url}/metrics", timeout=5).text
-    for family in text_string_to_metric_families(text):
-        if family.name == "wde_http_requests_in_flight":
-            return family.samples[0].value
-    raise AssertionError("no wde_http_requests_in_flight metric")

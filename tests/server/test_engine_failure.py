@@ -4,8 +4,6 @@ pass: /health 503 naming it, 200 again once it ends."""
 from __future__ import annotations
 
 import asyncio
-import os
-import subprocess
 import sys
 import time
 from collections.abc import Iterator
@@ -19,13 +17,12 @@ from server.engine_monitor import EngineMonitor
 from tests.hanging_forward import MARKER, HangingForward
 from tests.server.conftest import asgi_client, wait_for
 from tests.server.fake_engine import FakeEngine
-from tests.server.test_cli import free_port
+from tests.server.serve_process import serve_process
 from wde import EngineArgs
 from wde.engine.async_llm_engine import AsyncLLMEngine
 from wde.engine.engine_thread import EngineDeadError
 from wde.engine.llm_engine import LLMEngine
 
-REPO = Path(__file__).resolve().parents[2]
 TIMEOUT = 60.0
 GRACEFUL_TIMEOUT = 3.0
 
@@ -134,44 +131,21 @@ sys.exit(main(sys.argv[1:]))
 """
 
 
+@pytest.mark.slow  # a real `wde serve` process
 def test_serve_exits_1_soon_after_the_engine_dies(tmp_path: Path) -> None:
-    port = free_port()
-    url = f"http://127.0.0.1:{port}"
-    log_path = tmp_path / "serve.log"
-    command = [sys.executable, "-c", KILLABLE_SERVE, "serve", "--port", str(port)]
-    command += ["--graceful-timeout", str(GRACEFUL_TIMEOUT)]
-    with log_path.open("w") as log:
-        process = subprocess.Popen(
-            command,
-            cwd=REPO,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            env={**os.environ, "WDE_LOG_LEVEL": "info"},
-        )
-    try:
-        deadline = time.monotonic() + TIMEOUT
-        while not _healthy(url):
-            assert process.poll() is None and time.monotonic() < deadline, log_path.read_text()
-            time.sleep(0.1)
+    command = [sys.executable, "-c", KILLABLE_SERVE]
+    args = ("--graceful-timeout", str(GRACEFUL_TIMEOUT))
+    with serve_process(tmp_path, *args, command=command, env={"WDE_LOG_LEVEL": "info"}) as server:
+        server.wait_healthy(TIMEOUT)
+        url = server.url
         assert httpx.post(f"{url}/embed", json={"inputs": "fine"}, timeout=TIMEOUT).status_code == 200
         killed = httpx.post(f"{url}/embed", json={"inputs": "kill the engine"}, timeout=TIMEOUT)
         died_at = time.monotonic()
         assert killed.status_code == 503 and "killed on purpose" in killed.json()["error"]
         assert "retry-after" not in killed.headers
-        status = process.wait(TIMEOUT)
+        status = server.wait(TIMEOUT)
         exited_after = time.monotonic() - died_at
-    finally:
-        if process.poll() is None:
-            process.kill()
-            process.wait(TIMEOUT)
-    log_text = log_path.read_text()
+        log_text = server.log()
     assert status == 1, log_text
     assert exited_after < GRACEFUL_TIMEOUT + 5.0, log_text
     assert "stopping the server (exit status 1) for a restart" in log_text
-
-
-def _healthy(url: str) -> bool:
-    try:
-        return httpx.get(f"{url}/health", timeout=5).status_code == 200
-    except httpx.HTTPError:
-        return False

@@ -4,9 +4,7 @@ has one line with their count and no traceback, and the process exits 0."""
 
 from __future__ import annotations
 
-import os
 import signal
-import subprocess
 import threading
 import time
 from pathlib import Path
@@ -15,7 +13,7 @@ import httpx
 import pytest
 
 from tests.server.conftest import LONG_TEXT
-from tests.server.test_cli import REPO, _healthy, _in_flight, free_port, wde_command
+from tests.server.serve_process import in_flight, serve_process
 
 TIMEOUT = 90.0
 NUM_REQUESTS = 20
@@ -24,45 +22,28 @@ TEXTS = [LONG_TEXT] * 64  # 64 inputs of 256 tokens: together far more than a se
 
 @pytest.mark.slow  # a real `wde serve` process
 def test_requests_cut_off_by_the_graceful_timeout_get_json_503(tmp_path: Path) -> None:
-    port = free_port()
-    url = f"http://127.0.0.1:{port}"
-    log_path = tmp_path / "serve.log"
-    with log_path.open("w") as log:
-        process = subprocess.Popen(
-            [*wde_command(), "serve", "--port", str(port), "--graceful-timeout", "1"],
-            cwd=REPO,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            env={**os.environ, "WDE_LOG_LEVEL": "warning"},
-        )
     responses: list[httpx.Response] = []
-    try:
+    with serve_process(tmp_path, "--graceful-timeout", "1", env={"WDE_LOG_LEVEL": "warning"}) as server:
         # 1. ready
+        server.wait_healthy()
         deadline = time.monotonic() + TIMEOUT
-        while not _healthy(url):
-            assert process.poll() is None and time.monotonic() < deadline, log_path.read_text()
-            time.sleep(0.1)
 
         # 2. 20 long requests in flight
         def post() -> None:
-            responses.append(httpx.post(f"{url}/embed", json={"inputs": TEXTS}, timeout=TIMEOUT))
+            responses.append(httpx.post(f"{server.url}/embed", json={"inputs": TEXTS}, timeout=TIMEOUT))
 
         clients = [threading.Thread(target=post) for _ in range(NUM_REQUESTS)]
         for client in clients:
             client.start()
-        while _in_flight(url) < NUM_REQUESTS:
+        while in_flight(server.url) < NUM_REQUESTS:
             assert time.monotonic() < deadline, "the requests never arrived"
             time.sleep(0.01)
         # 3. SIGTERM: one second for them, then the rest are cut off
-        process.send_signal(signal.SIGTERM)
+        server.process.send_signal(signal.SIGTERM)
         for client in clients:
             client.join(TIMEOUT)
-        assert process.wait(TIMEOUT) == 0, log_path.read_text()
-    finally:
-        if process.poll() is None:
-            process.kill()
-            process.wait(TIMEOUT)
-    log_text = log_path.read_text()
+        assert server.wait() == 0, server.log()
+        log_text = server.log()
     assert len(responses) == NUM_REQUESTS
     cut_off = [response for response in responses if response.status_code != 200]
     assert cut_off, "every request finished within a second: make them longer"

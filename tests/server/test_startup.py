@@ -15,7 +15,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.server.test_cli import REPO, TIMEOUT, free_port, wde_command
+from tests.server.serve_process import REPO, TIMEOUT, free_port, serve_process, wde_command
 from tests.tiny_models import BERT_TOKENIZER_FILES, save_tiny_bert
 
 
@@ -67,28 +67,20 @@ def test_busy_port_fails_before_the_model_loads() -> None:
 
 @pytest.mark.slow  # a real `wde serve` process
 def test_ready_line_with_the_url_and_access_lines(tmp_path: Path) -> None:
-    port = free_port()
-    url = f"http://127.0.0.1:{port}"
-    log_path = tmp_path / "serve.log"
-    with log_path.open("w") as log:
-        process = subprocess.Popen(
-            [*wde_command(), "serve", "--port", str(port)], cwd=REPO, stdout=log, stderr=subprocess.STDOUT
-        )
-    try:
+    with serve_process(tmp_path) as server:
         deadline = time.monotonic() + TIMEOUT
-        while f"ready: serving sentence-transformers/all-MiniLM-L6-v2 at {url}" not in log_path.read_text():
-            assert process.poll() is None and time.monotonic() < deadline, log_path.read_text()
+        ready = f"ready: serving sentence-transformers/all-MiniLM-L6-v2 at {server.url}"
+        while ready not in server.log():
+            assert server.process.poll() is None and time.monotonic() < deadline, server.log()
             time.sleep(0.1)
-        assert httpx.post(f"{url}/embed", json={"inputs": ["a", "b"]}, timeout=TIMEOUT).status_code == 200
-        assert httpx.post(f"{url}/embed", json={"inputs": []}, timeout=TIMEOUT).status_code == 422
-        process.send_signal(signal.SIGTERM)
-        assert process.wait(TIMEOUT) == 0, log_path.read_text()
-    finally:
-        if process.poll() is None:
-            process.kill()
-            process.wait(TIMEOUT)
-    log = log_path.read_text()
+        assert (
+            httpx.post(f"{server.url}/embed", json={"inputs": ["a", "b"]}, timeout=TIMEOUT).status_code == 200
+        )
+        assert httpx.post(f"{server.url}/embed", json={"inputs": []}, timeout=TIMEOUT).status_code == 422
+        server.process.send_signal(signal.SIGTERM)
+        assert server.wait() == 0, server.log()
+        log = server.log()
     assert "Uvicorn running" not in log
-    assert log.index(f"listening on {url}") < log.index("ready: serving")
+    assert log.index(f"listening on {server.url}") < log.index("ready: serving")
     assert log.count("wde.access: POST /embed 200") == 1 and "inputs=2 tokens=6" in log
     assert log.count("wde.access: POST /embed 422") == 1 and "WARNING wde.access" in log
