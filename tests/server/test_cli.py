@@ -3,6 +3,7 @@ real ``wde serve`` process that drains in-flight requests on SIGTERM and exits 0
 
 from __future__ import annotations
 
+import ast
 import json
 import signal
 import socket
@@ -86,10 +87,10 @@ def test_serve_refuses_a_bad_model_before_loading(capsys: pytest.CaptureFixture[
 
 
 def test_bench_forwards_its_arguments(monkeypatch: pytest.MonkeyPatch) -> None:
-    import wde.bench.offline
+    import benchmarks.offline
 
     seen: list[list[str]] = []
-    monkeypatch.setattr(wde.bench.offline, "main", seen.append)
+    monkeypatch.setattr(benchmarks.offline, "main", seen.append)
     assert cli.main(["bench", "--limit", "5", "--repeats", "1"]) == 0
     assert seen == [["--limit", "5", "--repeats", "1"]]
 
@@ -98,6 +99,24 @@ def test_bench_without_its_data_says_what_it_is(capsys: pytest.CaptureFixture[st
     assert cli.main(["bench", "--data", str(tmp_path / "docs.jsonl"), "--limit", "1"]) == 2
     err = capsys.readouterr().err
     assert err.startswith("wde bench: error: benchmark data ") and "../shared/data" in err and "--data" in err
+
+
+def test_bench_without_the_benchmarks_package_says_so(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setitem(sys.modules, "benchmarks", None)  # as in the server images, which leave it out
+    assert cli.main(["bench", "--limit", "1"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("wde bench: error: the benchmarks package is not installed")
+    assert err.count("\n") == 1
+
+
+def test_wde_never_imports_the_benchmarks() -> None:
+    for path in (REPO / "wde").rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            names = [alias.name for alias in node.names] if isinstance(node, ast.Import) else []
+            names += [node.module or ""] if isinstance(node, ast.ImportFrom) else []
+            assert not any(name.split(".")[0] == "benchmarks" for name in names), path
 
 
 def test_bench_help_shows_the_server_mode(capsys: pytest.CaptureFixture[str]) -> None:

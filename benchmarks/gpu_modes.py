@@ -1,7 +1,7 @@
 """GPU start-up time and throughput for each ``--cuda-graph-mode`` and each attention backend, on the bundled
 model and on a BERT-base-sized random model (12 layers, hidden 768), written to a temporary directory.
 
-    python -m wde.bench.gpu_modes --data ../shared/data/docs.jsonl
+    python -m benchmarks.gpu_modes --data ../shared/data/docs.jsonl
 
 Prints one markdown table per model: engine start-up seconds (load + profile + start-up captures), tokens/s
 of ``LLM.encode`` over the texts (median of repeats), and the graphs captured by the end.
@@ -18,7 +18,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from wde.bench.dataset import load_texts
+from benchmarks.dataset import load_texts
 
 MODES = ("none", "eager", "lazy", "idle")
 BASE_CONFIG = {

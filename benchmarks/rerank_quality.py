@@ -1,7 +1,7 @@
 """Rerank quality on a labelled set: ``LLM.rerank`` against the same model's ranking in sentence-transformers
 (cosine for embedding models, CrossEncoder.rank for cross-encoders), with MRR@10 and recall@1.
 
-    python -m wde.bench.rerank_quality --data ../shared/data/rerank.jsonl
+    python -m benchmarks.rerank_quality --data ../shared/data/rerank.jsonl
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from pathlib import Path
 
 import numpy as np
 
-from wde.bench.dataset import require_data, shared_data_path
+from benchmarks.dataset import require_data, shared_data_path
 
 
 def mrr_at_10(rankings: Sequence[Sequence[int]], relevant: Sequence[int]) -> float:

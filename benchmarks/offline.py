@@ -1,10 +1,10 @@
 """Offline throughput: ``LLM.encode`` against ``SentenceTransformer.encode`` on the same texts and model, in
 one run: tokens/s and texts/s (min / median / max over repeats), useful GFLOP/s against a ``F.linear`` peak
-measured in the same run (wde.bench.flops), and the min cosine of our embeddings against the float32
+measured in the same run (benchmarks.flops), and the min cosine of our embeddings against the float32
 reference, so a speed-up cannot hide a wrong answer. Every ratio is against sentence-transformers float32;
 with ``--dtype bfloat16`` sentence-transformers bfloat16, wde and the peers run in bfloat16 too.
 
-    python -m wde.bench.offline --data ../shared/data/docs.jsonl
+    python -m benchmarks.offline --data ../shared/data/docs.jsonl
 """
 
 from __future__ import annotations
@@ -17,9 +17,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from wde.bench import peers
-from wde.bench.dataset import load_texts, shared_data_path
-from wde.bench.flops import encoder_flops, matmul_peak_gflops
+from benchmarks import peers
+from benchmarks.dataset import load_texts, shared_data_path
+from benchmarks.flops import encoder_flops, matmul_peak_gflops
 
 
 @dataclass
@@ -28,7 +28,7 @@ class Timing:
     seconds: list[float]
     num_tokens: int
     num_texts: int
-    flops: int  # useful FLOPs of one pass over the texts (wde.bench.flops.encoder_flops)
+    flops: int  # useful FLOPs of one pass over the texts (benchmarks.flops.encoder_flops)
     peak_gflops: float  # linear peak of this row's dtype, measured in the same run
 
     def tokens_per_s(self, seconds: float) -> float:

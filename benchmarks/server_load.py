@@ -1,8 +1,8 @@
 """Load on the HTTP server: requests/s and p50/p95/p99 latency at given concurrencies, one text per
 ``POST /embed`` (how TEI clients call), next to in-process ``LLM.encode`` throughput on the same texts.
 
-    python -m wde.bench.server_load --data ../shared/data/queries.jsonl --concurrency 1 32
-    python -m wde.bench.server_load --words 10 --concurrency 1 --peer infinity   # one 10-word query at a time
+    python -m benchmarks.server_load --data ../shared/data/queries.jsonl --concurrency 1 32
+    python -m benchmarks.server_load --words 10 --concurrency 1 --peer infinity  # one 10-word query at a time
     wde bench --server http://127.0.0.1:8000 --concurrency 32   # a running server
 
 Without ``--server`` it starts ``wde serve`` on a free 127.0.0.1 port with the same model and dtype, and
@@ -24,9 +24,9 @@ from typing import Any
 
 import numpy as np
 
-from wde.bench import peers
-from wde.bench.dataset import load_texts, shared_data_path
-from wde.bench.subprocess_server import free_port, serving
+from benchmarks import peers
+from benchmarks.dataset import load_texts, shared_data_path
+from benchmarks.subprocess_server import free_port, serving
 
 STARTUP_TIMEOUT_S = 180.0
 REQUEST_TIMEOUT_S = 120.0

@@ -7,7 +7,7 @@ from pathlib import Path
 
 # The shared data set (Debian package descriptions: docs.jsonl, queries.jsonl, rerank.jsonl) sits beside
 # the repository, in ../shared/data; an installed wde has no such folder and needs --data.
-SHARED_DATA = Path(__file__).resolve().parents[2].parent / "shared" / "data"
+SHARED_DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
 
 
 class BenchmarkDataError(FileNotFoundError):
