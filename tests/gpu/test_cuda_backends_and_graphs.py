@@ -38,7 +38,7 @@ def oracle(texts: list[str]) -> np.ndarray:
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
 @pytest.mark.parametrize("backend", sorted(BACKENDS))
 def test_every_backend_equals_naive(backend: str, dtype: str, texts: list[str], oracle: np.ndarray) -> None:
-    available, reason = BACKENDS[backend].is_available("cuda", getattr(torch, dtype), 32)
+    available, reason = BACKENDS[backend].is_available("cuda", getattr(torch, dtype))
     if not available:
         pytest.skip(f"{backend}: {reason}")
     ours = embed(LLM(device="cuda", dtype=dtype, attention_backend=backend, cuda_graph_mode="none"), texts)
@@ -49,7 +49,7 @@ def test_every_backend_equals_naive(backend: str, dtype: str, texts: list[str], 
 
 @pytest.mark.parametrize("mode", ["eager", "lazy", "idle"])
 def test_graph_replay_equals_eager(mode: str, texts: list[str]) -> None:
-    available, reason = BACKENDS["flash_attn"].is_available("cuda", torch.float16, 32)
+    available, reason = BACKENDS["flash_attn"].is_available("cuda", torch.float16)
     if not available:
         pytest.skip(f"cuda graphs need flash_attn: {reason}")
     common = dict(device="cuda", dtype="float16", attention_backend="flash_attn", max_num_batched_tokens=4096)

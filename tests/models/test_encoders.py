@@ -17,14 +17,15 @@ from tokenizers import Tokenizer as HfFastTokenizer
 
 import wde
 from wde.config import EngineConfig
-from wde.engine.request import Request
 from wde.engine_args import EngineArgs
 from wde.layers.attention.backend import AttentionBackend
 from wde.layers.attention.selector import BACKENDS
+from wde.layers.attention.spec import AttentionSpec
 from wde.layers.forward_context import set_forward_context
 from wde.layers.pooler.methods import POOLING_METHODS
 from wde.models.loader import load_model
 from wde.models.registry import MODEL_REGISTRY
+from wde.request import Request
 from wde.worker.input_batch import InputBatch
 
 FP32_ATOL = 1e-5  # float32: ours vs HF, every backend vs naive, batch vs single
@@ -72,11 +73,18 @@ def engine_config(path: Path) -> EngineConfig:
     return EngineArgs(model=str(path), device="cpu").create_engine_config()
 
 
-def make_backend(name: str, num_heads: int, head_size: int, dtype: torch.dtype) -> AttentionBackend:
-    available, reason = BACKENDS[name].is_available(DEVICE.type, dtype, head_size)
-    if not available:
-        pytest.skip(f"attention backend {name} is not available: {reason}")
-    return BACKENDS[name](num_heads, head_size)
+def backend_chooser(name: str, dtype: torch.dtype):
+    """A load_model chooser that insists on backend ``name`` (skipping the test where it cannot run)."""
+
+    def choose(specs: list[AttentionSpec]) -> type[AttentionBackend]:
+        available, reason = BACKENDS[name].is_available(DEVICE.type, dtype)
+        for spec in specs if available else []:
+            available, reason = BACKENDS[name].supports(spec)
+        if not available:
+            pytest.skip(f"attention backend {name} is not available: {reason}")
+        return BACKENDS[name]
+
+    return choose
 
 
 def load_fast_tokenizer(path: Path) -> HfFastTokenizer:
@@ -126,11 +134,9 @@ def run_wde(
 ) -> tuple[torch.Tensor, InputBatch]:
     """Our model on the flat batch: ([num_tokens, hidden_size] float32, the batch it ran on)."""
     model_config = engine_config(path).model_config
-    num_heads = model_config.hf_config["num_attention_heads"]
-    backend = make_backend(backend_name, num_heads, model_config.hidden_size // num_heads, dtype)
-    model = load_model(model_config, backend, DEVICE, dtype)
+    model = load_model(model_config, backend_chooser(backend_name, dtype), DEVICE, dtype)
     requests = [Request(str(i), token_ids=ids) for i, ids in enumerate(token_ids)]
-    batch = InputBatch.build(requests, backend, DEVICE)
+    batch = InputBatch.build(requests, BACKENDS[backend_name], DEVICE)
     with set_forward_context(batch.attn_metadata):
         hidden = model(batch.input_ids, batch.positions, batch.token_type_ids)  # [num_tokens, hidden_size]
     return hidden.float(), batch

@@ -33,7 +33,7 @@ class FakeEngine:
         self.last_step_stats: StepStats | None = None
         backend = tokenizers.Tokenizer(WordLevel({"[UNK]": 0}, "[UNK]"))
         self.tokenizer = SimpleNamespace(backend=backend, untruncated=lambda: backend)
-        self.runner = SimpleNamespace(attn_backend=SimpleNamespace(name="fake"))
+        self.runner = SimpleNamespace(attn_backend_cls=SimpleNamespace(name="fake"))
         model_config = SimpleNamespace(task="embed", architecture="FakeModel")
         self.engine_config = SimpleNamespace(model_config=model_config)
         self.forward_clock = ForwardClock()

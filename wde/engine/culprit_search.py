@@ -16,7 +16,7 @@ from typing import Any
 
 from wde.engine.errors import RequestFailedError
 from wde.engine.forward_clock import ForwardClock
-from wde.engine.request import Request
+from wde.request import Request
 
 logger = logging.getLogger(__name__)
 

@@ -340,7 +340,8 @@ class EngineThread:
 
 
 def _engine_info(engine: LLMEngine) -> EngineInfo:
-    return EngineInfo(engine.engine_config, engine.runner.attn_backend.name, engine.tokenizer.untruncated())
+    backend_name = engine.runner.attn_backend_cls.name
+    return EngineInfo(engine.engine_config, backend_name, engine.tokenizer.untruncated())
 
 
 def _safely(callback: Callable[..., None], *args: Any) -> None:

@@ -12,7 +12,7 @@ from typing import Any, Protocol
 
 from wde.engine.culprit_search import CulpritSearch
 from wde.engine.forward_clock import ForwardClock
-from wde.engine.request import Request
+from wde.request import Request
 
 
 class ModelRunner(Protocol):

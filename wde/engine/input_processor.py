@@ -11,8 +11,8 @@ from typing import Any
 
 from wde.config import ModelConfig
 from wde.engine.errors import InputTooLongError
-from wde.engine.request import Request
 from wde.inputs import PoolingParams
+from wde.request import Request
 
 # A text longer than this is refused before tokenization (about 4,000x the default 256-token window).
 MAX_INPUT_CHARS = 1_000_000

@@ -14,11 +14,11 @@ from wde.config import EngineConfig
 from wde.engine.executor import EXECUTORS, BatchResult, Executor, ModelRunner
 from wde.engine.forward_clock import ForwardClock
 from wde.engine.memory_trimmer import MemoryTrimmer
-from wde.engine.request import Request, RequestStatus
 from wde.engine.scheduler import SchedulerOutput
 from wde.engine.stats import BatchStats, StepStats
 from wde.inputs import PoolingParams, PromptType
 from wde.outputs import RequestOutput
+from wde.request import Request, RequestStatus
 from wde.tokenizer import Tokenizer
 from wde.workflow import Workflow, get_workflow
 
@@ -65,15 +65,14 @@ class LLMEngine:
             "max_num_seqs=%d executor=%s",
             model_config.task,
             model_config.dtype,
-            runner.attn_backend.name,
+            runner.attn_backend_cls.name,
             model_config.max_model_len,
             engine_config.scheduler_config.max_num_batched_tokens,
             engine_config.scheduler_config.max_num_seqs,
             engine_config.device_config.executor,
         )
-        return cls(
-            engine_config, get_workflow(model_config.task), tokenizer, runner, runner.attn_backend.is_padded
-        )
+        workflow = get_workflow(model_config.task)
+        return cls(engine_config, workflow, tokenizer, runner, runner.attn_backend_cls.is_padded)
 
     # ---- requests in and out ----------------------------------------------------------------------
     def add_requests(

@@ -5,8 +5,8 @@ from __future__ import annotations
 import time
 
 from wde.engine.executor import BatchResult
-from wde.engine.request import Request, RequestStatus
 from wde.outputs import EmbeddingOutput, ErrorOutput, RequestMetrics, RequestOutput, ScoreOutput
+from wde.request import Request, RequestStatus
 
 
 def _metrics(request: Request, finished_time: float) -> RequestMetrics:

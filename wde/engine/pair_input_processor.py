@@ -6,8 +6,8 @@ from __future__ import annotations
 from typing import Any
 
 from wde.engine.input_processor import InputProcessor, describe
-from wde.engine.request import Request
 from wde.inputs import PoolingParams
+from wde.request import Request
 
 
 class PairInputProcessor(InputProcessor):

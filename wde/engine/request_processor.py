@@ -6,7 +6,7 @@ from collections.abc import Sequence
 
 from wde.config import ModelConfig
 from wde.engine.errors import InputTooLongError
-from wde.engine.request import Request
+from wde.request import Request
 from wde.tokenizer import TextInput, TokenizedInput, Tokenizer
 
 

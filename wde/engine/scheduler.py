@@ -8,9 +8,9 @@ from dataclasses import dataclass, field
 from itertools import islice
 
 from wde.config import SchedulerConfig
-from wde.engine.request import Request, RequestStatus
 from wde.engine.request_processor import RequestProcessor
 from wde.engine.token_budget import TokenBudget
+from wde.request import Request, RequestStatus
 
 
 @dataclass

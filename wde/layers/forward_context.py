@@ -1,10 +1,12 @@
 """Per-forward state (the batch's attention metadata) that attention layers read without it being threaded
-through every module's signature."""
+through every module's signature. A ContextVar, so two engines in one process (each on its own thread)
+never read each other's batch."""
 
 from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -17,21 +19,20 @@ class ForwardContext:
     attn_metadata: AttentionMetadata
 
 
-_forward_context: ForwardContext | None = None
+_forward_context: ContextVar[ForwardContext | None] = ContextVar("wde_forward_context", default=None)
 
 
 @contextmanager
 def set_forward_context(attn_metadata: AttentionMetadata) -> Iterator[None]:
-    global _forward_context
-    previous = _forward_context
-    _forward_context = ForwardContext(attn_metadata)
+    token = _forward_context.set(ForwardContext(attn_metadata))
     try:
         yield
     finally:
-        _forward_context = previous
+        _forward_context.reset(token)
 
 
 def get_forward_context() -> ForwardContext:
-    if _forward_context is None:
+    context = _forward_context.get()
+    if context is None:
         raise RuntimeError("no forward context: run the model inside `with set_forward_context(metadata):`")
-    return _forward_context
+    return context

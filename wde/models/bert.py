@@ -1,5 +1,6 @@
 """BERT encoder on flat, unpadded batches: every linear layer sees ``[num_tokens, hidden]``; only the
-attention backend knows where one sequence ends and the next begins."""
+attention backend knows where one sequence ends and the next begins. Each attention layer is built from
+its ``AttentionSpec`` (bidirectional, all heads); the runner binds the backend after load."""
 
 from __future__ import annotations
 
@@ -11,8 +12,8 @@ from torch import nn
 
 from wde.config import num_labels
 from wde.layers.activation import get_act_fn
-from wde.layers.attention.backend import AttentionBackend
 from wde.layers.attention.layer import Attention
+from wde.layers.attention.spec import AttentionSpec
 from wde.models.weight_names import load_named_weights
 
 
@@ -55,13 +56,13 @@ class BertSelfOutput(nn.Module):
 
 
 class BertAttention(nn.Module):
-    def __init__(self, config: dict[str, Any], backend: AttentionBackend) -> None:
+    def __init__(self, config: dict[str, Any]) -> None:
         super().__init__()
         hidden_size = config["hidden_size"]
         self.num_heads = config["num_attention_heads"]
-        self.head_size = hidden_size // self.num_heads
+        self.head_size = hidden_size // self.num_heads  # BERT has no head_dim: hidden splits evenly
         self.qkv_proj = nn.Linear(hidden_size, 3 * hidden_size)  # fused query/key/value
-        self.attn = Attention(backend)
+        self.attn = Attention(AttentionSpec(num_heads=self.num_heads, head_size=self.head_size))
         self.output = BertSelfOutput(hidden_size, hidden_size, config.get("layer_norm_eps", 1e-12))
 
     def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
@@ -73,10 +74,10 @@ class BertAttention(nn.Module):
 
 
 class BertLayer(nn.Module):
-    def __init__(self, config: dict[str, Any], backend: AttentionBackend) -> None:
+    def __init__(self, config: dict[str, Any]) -> None:
         super().__init__()
         hidden_size, intermediate_size = config["hidden_size"], config["intermediate_size"]
-        self.attention = BertAttention(config, backend)
+        self.attention = BertAttention(config)
         self.intermediate = nn.Linear(hidden_size, intermediate_size)
         self.act_fn = get_act_fn(config.get("hidden_act", "gelu"))
         self.output = BertSelfOutput(intermediate_size, hidden_size, config.get("layer_norm_eps", 1e-12))
@@ -92,9 +93,9 @@ class BertLayer(nn.Module):
 
 
 class BertEncoder(nn.Module):
-    def __init__(self, config: dict[str, Any], backend: AttentionBackend) -> None:
+    def __init__(self, config: dict[str, Any]) -> None:
         super().__init__()
-        self.layer = nn.ModuleList(BertLayer(config, backend) for _ in range(config["num_hidden_layers"]))
+        self.layer = nn.ModuleList(BertLayer(config) for _ in range(config["num_hidden_layers"]))
 
     def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
         for layer in self.layer:
@@ -120,11 +121,11 @@ class BertModel(nn.Module):
     # Checkpoint prefixes of the encoder, stripped on load ("bert.encoder..." -> "encoder...").
     weight_prefixes: tuple[str, ...] = ("bert.", "model.")
 
-    def __init__(self, config: dict[str, Any], backend: AttentionBackend, add_pooler: bool = False) -> None:
+    def __init__(self, config: dict[str, Any], add_pooler: bool = False) -> None:
         super().__init__()
         self.config = config
         self.embeddings = self._make_embeddings(config)
-        self.encoder = BertEncoder(config, backend)
+        self.encoder = BertEncoder(config)
         self.pooler = BertPooler(config["hidden_size"]) if add_pooler else None
 
     def _make_embeddings(self, config: dict[str, Any]) -> BertEmbeddings:
@@ -151,9 +152,9 @@ class BertForSequenceClassification(nn.Module):
 
     supported_tasks: tuple[str, ...] = ("score",)
 
-    def __init__(self, config: dict[str, Any], backend: AttentionBackend) -> None:
+    def __init__(self, config: dict[str, Any]) -> None:
         super().__init__()
-        self.bert = BertModel(config, backend, add_pooler=True)
+        self.bert = BertModel(config, add_pooler=True)
         self.classifier = nn.Linear(config["hidden_size"], num_labels(config))
 
     def forward(

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import torch
@@ -12,6 +12,8 @@ from torch import nn
 
 from wde.config import ModelConfig
 from wde.layers.attention.backend import AttentionBackend
+from wde.layers.attention.layer import attention_specs, bind_attention_backend
+from wde.layers.attention.spec import AttentionSpec
 from wde.models.model_files import check_model_files, weight_files
 from wde.models.registry import resolve_architecture
 
@@ -32,14 +34,21 @@ def iterate_weights(model_dir: str | Path) -> Iterator[tuple[str, torch.Tensor]]
             yield from torch.load(str(path), map_location="cpu", weights_only=True).items()
 
 
+BackendChooser = Callable[[list[AttentionSpec]], type[AttentionBackend]]
+
+
 def load_model(
-    model_config: ModelConfig, backend: AttentionBackend, device: torch.device, dtype: torch.dtype
+    model_config: ModelConfig, choose_backend: BackendChooser, device: torch.device, dtype: torch.dtype
 ) -> nn.Module:
+    """The model with its weights; ``choose_backend(specs)`` picks the attention backend class that every
+    layer's spec allows (the model decides its specs: heads, kv heads, head size, causal, windows)."""
     _, model_cls = resolve_architecture(model_config.hf_config.get("architectures"), model_config.model)
     # 1. build without initializing (every weight comes from the checkpoint)
     with torch.device("meta"):
-        model = model_cls(model_config.hf_config, backend)
+        model = model_cls(model_config.hf_config)
+    # 2. one attention backend instance per layer, of a class that honours every layer's spec
+    bind_attention_backend(model, choose_backend(attention_specs(model)))
     model = model.to_empty(device=device).to(dtype)
-    # 2. copy the checkpoint in
+    # 3. copy the checkpoint in
     model.load_weights(iterate_weights(model_config.model))
     return model.eval()

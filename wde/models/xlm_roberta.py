@@ -9,7 +9,6 @@ import torch
 from torch import nn
 
 from wde.config import num_labels
-from wde.layers.attention.backend import AttentionBackend
 from wde.models.bert import BertEmbeddings, BertModel
 from wde.models.weight_names import load_named_weights
 
@@ -36,9 +35,9 @@ class RobertaClassificationHead(nn.Module):
 class XLMRobertaForSequenceClassification(nn.Module):
     supported_tasks: tuple[str, ...] = ("score",)
 
-    def __init__(self, config: dict[str, Any], backend: AttentionBackend) -> None:
+    def __init__(self, config: dict[str, Any]) -> None:
         super().__init__()
-        self.roberta = XLMRobertaModel(config, backend)
+        self.roberta = XLMRobertaModel(config)
         self.classifier = RobertaClassificationHead(config)
 
     def forward(

@@ -40,11 +40,11 @@ class GPUModelRunner(ModelRunnerBase):
         device_config = self.engine_config.device_config
         if device_config.cuda_graph_mode == "none":
             return
-        if not self.attn_backend.supports_cuda_graphs:
+        if not self.attn_backend_cls.supports_cuda_graphs:
             logger.info(
                 "cuda graphs off: attention backend %s builds per-batch metadata on the host "
                 "(graphs need flash_attn); running eagerly",
-                self.attn_backend.name,
+                self.attn_backend_cls.name,
             )
             return
         scheduler_config = self.engine_config.scheduler_config

@@ -7,10 +7,10 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from wde.engine.request import Request
 from wde.inputs import PoolingParams
 from wde.layers.attention.backend import AttentionBackend, AttentionMetadata
 from wde.layers.pooler.methods import PoolingMetadata
+from wde.request import Request
 
 
 def to_device(array: np.ndarray, device: torch.device) -> torch.Tensor:
@@ -37,7 +37,9 @@ class InputBatch:
         return self.input_ids.shape[0]
 
     @classmethod
-    def build(cls, requests: list[Request], backend: AttentionBackend, device: torch.device) -> InputBatch:
+    def build(
+        cls, requests: list[Request], backend_cls: type[AttentionBackend], device: torch.device
+    ) -> InputBatch:
         seq_lens = [request.num_tokens for request in requests]
         num_tokens = sum(seq_lens)
         # 1. token ids, back to back
@@ -68,7 +70,7 @@ class InputBatch:
             input_ids=to_device(input_ids, device),
             positions=to_device(positions, device),
             token_type_ids=token_type_ids,
-            attn_metadata=backend.build_metadata(seq_lens, device),
+            attn_metadata=backend_cls.build_metadata(seq_lens, device),
             pooling_metadata=PoolingMetadata.from_seq_lens(seq_lens, device),
             params=[request.params for request in requests],
         )

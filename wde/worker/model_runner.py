@@ -12,14 +12,15 @@ import numpy as np
 import torch
 
 from wde.config import EngineConfig
-from wde.engine.request import Request
 from wde.layers.attention.backend import AttentionBackend
 from wde.layers.attention.selector import select_attention_backend
+from wde.layers.attention.spec import AttentionSpec
 from wde.layers.forward_context import set_forward_context
 from wde.layers.pooler.embedding_pooler import EmbeddingPooler
 from wde.layers.pooler.score_pooler import ScorePooler
 from wde.models.loader import load_model
 from wde.platforms import Platform, get_platform
+from wde.request import Request
 from wde.worker.cuda_graphs import CudaGraphManager
 from wde.worker.input_batch import InputBatch
 from wde.worker.memory_budget import MemoryProfile, choose_token_budget
@@ -42,14 +43,9 @@ class ModelRunnerBase:
         self.dtype = TORCH_DTYPES[self.model_config.dtype]
         self.device_properties: dict[str, Any] = {}
         self._cache_device_properties()
-        # Attention backend: one instance shared by every layer.
-        hf_config = self.model_config.hf_config
-        num_heads = hf_config["num_attention_heads"]
-        head_size = hf_config["hidden_size"] // num_heads
-        backend_cls, self.skipped_backends = select_attention_backend(
-            engine_config.device_config.attention_backend, self.platform, self.dtype, head_size
-        )
-        self.attn_backend: AttentionBackend = backend_cls(num_heads, head_size)
+        # The attention backend class is chosen at load, from the specs of the model's layers.
+        self.attn_backend_cls: type[AttentionBackend] | None = None
+        self.skipped_backends: dict[str, str] = {}
         self.model: torch.nn.Module | None = None
         self.pooler: EmbeddingPooler | ScorePooler | None = None
         self.weight_bytes = 0
@@ -64,7 +60,7 @@ class ModelRunnerBase:
 
     def load_model(self) -> None:
         start = time.perf_counter()
-        self.model = load_model(self.model_config, self.attn_backend, self.device, self.dtype)
+        self.model = load_model(self.model_config, self._choose_backend, self.device, self.dtype)
         if self.engine_config.device_config.compile_model:
             self.model.compile_blocks()  # compiled on the first batches (the profile run warms it up)
         num_params = sum(p.numel() for p in self.model.parameters())
@@ -77,8 +73,15 @@ class ModelRunnerBase:
             time.perf_counter() - start,
             self.device,
             self.model_config.dtype,
-            self.attn_backend.name,
+            self.attn_backend_cls.name,
         )
+
+    def _choose_backend(self, specs: list[AttentionSpec]) -> type[AttentionBackend]:
+        name = self.engine_config.device_config.attention_backend
+        self.attn_backend_cls, self.skipped_backends = select_attention_backend(
+            name, self.platform, self.dtype, specs
+        )
+        return self.attn_backend_cls
 
     def profile_run(self) -> None:
         """Run one worst-case batch (max-length sequences filling the budget) and measure its peak memory;
@@ -136,7 +139,7 @@ class ModelRunnerBase:
         return EmbeddingPooler(self.model_config.pooling)
 
     def prepare_inputs(self, requests: list[Request]) -> InputBatch:
-        return InputBatch.build(requests, self.attn_backend, self.device)
+        return InputBatch.build(requests, self.attn_backend_cls, self.device)
 
     @torch.inference_mode()
     def execute_model(self, batch: InputBatch) -> list[np.ndarray]:

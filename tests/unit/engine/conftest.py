@@ -7,9 +7,9 @@ from collections.abc import Callable
 import pytest
 
 from wde.config import ModelConfig, SchedulerConfig
-from wde.engine.request import Request
 from wde.engine.request_processor import RequestProcessor
 from wde.engine.scheduler import Scheduler
+from wde.request import Request
 from wde.tokenizer import TextInput, TokenizedInput
 
 

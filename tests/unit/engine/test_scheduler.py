@@ -6,8 +6,8 @@ import random
 
 from tests.unit.engine.conftest import SchedulerFactory, text_request
 from wde.engine.errors import InputTooLongError
-from wde.engine.request import RequestStatus
 from wde.engine.token_budget import TokenBudget
+from wde.request import RequestStatus
 
 
 def drain(scheduler) -> list[list[str]]:

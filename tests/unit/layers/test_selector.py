@@ -6,28 +6,31 @@ import pytest
 import torch
 
 from wde.layers.attention.selector import select_attention_backend
+from wde.layers.attention.spec import AttentionSpec
 from wde.platforms.cpu import CpuPlatform
 from wde.platforms.cuda import CudaPlatform
 
+SPECS = [AttentionSpec(num_heads=4, head_size=32)]
+
 
 def test_cpu_auto_picks_sdpa_and_says_why_naive_was_skipped() -> None:
-    backend, skipped = select_attention_backend("auto", CpuPlatform(), torch.float32, 32)
+    backend, skipped = select_attention_backend("auto", CpuPlatform(), torch.float32, SPECS)
     assert backend.name == "torch_sdpa"
     assert skipped == {"naive": "available, but torch_sdpa comes first on cpu"}
 
 
 def test_explicit_choice_and_aliases() -> None:
-    assert select_attention_backend("naive", CpuPlatform(), torch.float32, 32)[0].name == "naive"
-    assert select_attention_backend("sdpa", CpuPlatform(), torch.float32, 32)[0].name == "torch_sdpa"
+    assert select_attention_backend("naive", CpuPlatform(), torch.float32, SPECS)[0].name == "naive"
+    assert select_attention_backend("sdpa", CpuPlatform(), torch.float32, SPECS)[0].name == "torch_sdpa"
     with pytest.raises(ValueError, match=r"cannot run here"):
-        select_attention_backend("flash", CpuPlatform(), torch.float16, 32)
+        select_attention_backend("flash", CpuPlatform(), torch.float16, SPECS)
     with pytest.raises(ValueError, match="'magic' is not one of"):
-        select_attention_backend("magic", CpuPlatform(), torch.float32, 32)
+        select_attention_backend("magic", CpuPlatform(), torch.float32, SPECS)
 
 
 def test_flash_attn_reasons_on_a_cpu_platform() -> None:
     with pytest.raises(ValueError, match=r"cannot run here: does not run on cpu \(only cuda\)"):
-        select_attention_backend("flash_attn", CpuPlatform(), torch.float16, 32)
+        select_attention_backend("flash_attn", CpuPlatform(), torch.float16, SPECS)
 
 
 def test_cuda_order_reports_a_reason_for_every_skipped_backend(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -39,8 +42,28 @@ def test_cuda_order_reports_a_reason_for_every_skipped_backend(monkeypatch: pyte
     monkeypatch.setattr(
         importlib.util, "find_spec", lambda name, *a: None if name == "xformers" else real_find_spec(name, *a)
     )
-    backend, skipped = select_attention_backend("auto", CudaPlatform(), torch.float32, 32)
+    backend, skipped = select_attention_backend("auto", CudaPlatform(), torch.float32, SPECS)
     assert backend.name == "torch_sdpa"
     assert skipped["flash_attn"] == "does not support dtype float32 (only float16, bfloat16)"
     assert skipped["xformers"] == "xformers is not installed: pip install 'wde[xformers]'"
     assert skipped["naive"] == "available, but torch_sdpa comes first on cuda"
+
+
+def test_a_spec_no_backend_honours_is_named_with_the_layer(monkeypatch: pytest.MonkeyPatch) -> None:
+    """xformers has no sliding windows: on CUDA with such a layer it is skipped, saying which layer."""
+    import importlib.util
+
+    from wde.layers.attention.backends.xformers import XFormersBackend
+
+    monkeypatch.setattr(XFormersBackend, "is_available", classmethod(lambda cls, device, dtype: (True, "")))
+    real_find_spec = importlib.util.find_spec
+    monkeypatch.setattr(
+        importlib.util,
+        "find_spec",
+        lambda name, *a: None if name == "flash_attn" else real_find_spec(name, *a),
+    )
+    windowed = AttentionSpec(num_heads=4, head_size=32, sliding_window=(64, 64))
+    with pytest.raises(
+        ValueError, match=r"sliding-window layers are not wired for xformers.*window \(64, 64\)"
+    ):
+        select_attention_backend("xformers", CudaPlatform(), torch.float16, [*SPECS, windowed])

@@ -1,4 +1,9 @@
-"""The attention backend interface: bidirectional (or causal) attention over a flat, unpadded batch."""
+"""The attention backend interface: attention over a flat, unpadded batch, one instance per layer.
+
+A backend class builds the batch's metadata once (``build_metadata``: sequence boundaries, groups, masks
+it can share); each attention layer holds an instance made from its ``AttentionSpec`` (heads, kv heads,
+head size, scale, causal, sliding window) and runs ``forward`` on ``[num_tokens, heads, head_size]``.
+"""
 
 from __future__ import annotations
 
@@ -7,6 +12,8 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 import torch
+
+from wde.layers.attention.spec import AttentionSpec
 
 
 @dataclass
@@ -25,7 +32,8 @@ class AttentionMetadata:
 
 
 class AttentionBackend(ABC):
-    """``forward(q, k, v, metadata)`` on ``[num_tokens, num_heads, head_size]`` tensors."""
+    """``forward(q, k, v, metadata)``: q ``[num_tokens, num_heads, head_size]``, k and v
+    ``[num_tokens, num_kv_heads, head_size]`` -> ``[num_tokens, num_heads, head_size]``."""
 
     name: ClassVar[str]
     # True when the backend pads sequences to the batch's longest; the scheduler then charges max_len x n.
@@ -36,15 +44,17 @@ class AttentionBackend(ABC):
     supported_devices: ClassVar[tuple[str, ...]] = ("cpu", "cuda")
     supported_dtypes: ClassVar[tuple[torch.dtype, ...]] = (torch.float32, torch.bfloat16, torch.float16)
 
-    def __init__(self, num_heads: int, head_size: int, causal: bool = False) -> None:
-        self.num_heads = num_heads
-        self.head_size = head_size
-        self.scale = head_size**-0.5
-        self.causal = causal
+    def __init__(self, spec: AttentionSpec) -> None:
+        self.spec = spec
+        self.num_heads = spec.num_heads
+        self.num_kv_heads = spec.num_kv_heads
+        self.head_size = spec.head_size
+        self.scale = spec.scale
+        self.causal = spec.causal
 
     @classmethod
-    def is_available(cls, device_type: str, dtype: torch.dtype, head_size: int) -> tuple[bool, str]:
-        """(usable, why not). Subclasses add package / hardware checks."""
+    def is_available(cls, device_type: str, dtype: torch.dtype) -> tuple[bool, str]:
+        """(usable here, why not). Subclasses add package / hardware checks."""
         if device_type not in cls.supported_devices:
             return False, f"does not run on {device_type} (only {', '.join(cls.supported_devices)})"
         if dtype not in cls.supported_dtypes:
@@ -52,8 +62,14 @@ class AttentionBackend(ABC):
             return False, f"does not support dtype {str(dtype).removeprefix('torch.')} (only {names})"
         return True, ""
 
-    def build_metadata(self, seq_lens: list[int], device: torch.device) -> AttentionMetadata:
-        """Once per batch (not per layer); subclasses add precomputed masks or indices."""
+    @classmethod
+    def supports(cls, spec: AttentionSpec) -> tuple[bool, str]:
+        """(can compute this layer's attention, why not). The base honours every spec."""
+        return True, ""
+
+    @classmethod
+    def build_metadata(cls, seq_lens: list[int], device: torch.device) -> AttentionMetadata:
+        """Once per batch (not per layer); subclasses add what their layers share (groups, indices)."""
         cu_seqlens = torch.zeros(len(seq_lens) + 1, dtype=torch.int32)
         torch.cumsum(torch.tensor(seq_lens, dtype=torch.int32), dim=0, out=cu_seqlens[1:])
         return AttentionMetadata(seq_lens, cu_seqlens.to(device, non_blocking=True), max(seq_lens))
@@ -62,4 +78,27 @@ class AttentionBackend(ABC):
     def forward(
         self, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, metadata: AttentionMetadata
     ) -> torch.Tensor:
-        """[num_tokens, num_heads, head_size] x3 -> [num_tokens, num_heads, head_size]"""
+        """[num_tokens, num_heads | num_kv_heads, head_size] x3 -> [num_tokens, num_heads, head_size]"""
+
+    def expand_kv(self, key: torch.Tensor, value: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Grouped-query k / v repeated to one per query head (for kernels without native GQA)."""
+        if self.num_kv_heads == self.num_heads:
+            return key, value
+        repeats = self.spec.num_queries_per_kv
+        return key.repeat_interleave(repeats, dim=1), value.repeat_interleave(repeats, dim=1)
+
+
+def allowed_keys(spec: AttentionSpec, seq_len: int, device: torch.device) -> torch.Tensor | None:
+    """[seq_len, seq_len] bool: may query i attend to key j, by the spec's causal flag and window; None when
+    every key is allowed."""
+    if spec.is_plain:
+        return None
+    position = torch.arange(seq_len, device=device)
+    distance = position[:, None] - position[None, :]  # query - key: > 0 for keys before the query
+    allowed = torch.ones(seq_len, seq_len, dtype=torch.bool, device=device)
+    if spec.causal:
+        allowed &= distance >= 0
+    if spec.sliding_window is not None:
+        left, right = spec.sliding_window
+        allowed &= (distance <= left) & (-distance <= right)
+    return allowed

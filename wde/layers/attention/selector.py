@@ -4,6 +4,7 @@ other backend was passed over."""
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 
 import torch
 
@@ -12,6 +13,7 @@ from wde.layers.attention.backends.flash_attn import FlashAttnBackend
 from wde.layers.attention.backends.naive import NaiveBackend
 from wde.layers.attention.backends.torch_sdpa import TorchSdpaBackend
 from wde.layers.attention.backends.xformers import XFormersBackend
+from wde.layers.attention.spec import AttentionSpec
 from wde.platforms.interface import Platform
 
 logger = logging.getLogger(__name__)
@@ -31,15 +33,15 @@ ALIASES = {
 
 
 def select_attention_backend(
-    name: str, platform: Platform, dtype: torch.dtype, head_size: int
+    name: str, platform: Platform, dtype: torch.dtype, specs: Sequence[AttentionSpec]
 ) -> tuple[type[AttentionBackend], dict[str, str]]:
-    """Return (backend class, {skipped backend: reason})."""
+    """Return (a backend class that honours every layer's spec, {skipped backend: reason})."""
     name = ALIASES.get(name, name)
     if name != "auto":
         if name not in BACKENDS:
             raise ValueError(f"attention backend {name!r} is not one of {[*BACKENDS, 'auto']}")
-        available, reason = BACKENDS[name].is_available(platform.device_type, dtype, head_size)
-        if not available:
+        usable, reason = _usable(BACKENDS[name], platform, dtype, specs)
+        if not usable:
             raise ValueError(
                 f"attention backend {name!r} cannot run here: {reason}; pass --attention-backend auto"
             )
@@ -48,10 +50,10 @@ def select_attention_backend(
     chosen: type[AttentionBackend] | None = None
     skipped: dict[str, str] = {}
     for candidate in platform.attention_backend_order:
-        available, reason = BACKENDS[candidate].is_available(platform.device_type, dtype, head_size)
-        if available and chosen is None:
+        usable, reason = _usable(BACKENDS[candidate], platform, dtype, specs)
+        if usable and chosen is None:
             chosen = BACKENDS[candidate]
-        elif available:
+        elif usable:
             skipped[candidate] = f"available, but {chosen.name} comes first on {platform.device_type}"
         else:
             skipped[candidate] = reason
@@ -60,3 +62,19 @@ def select_attention_backend(
     for other, why in skipped.items():
         logger.info("attention backend %s skipped: %s", other, why)
     return chosen, skipped
+
+
+def _usable(
+    backend_cls: type[AttentionBackend],
+    platform: Platform,
+    dtype: torch.dtype,
+    specs: Sequence[AttentionSpec],
+) -> tuple[bool, str]:
+    available, reason = backend_cls.is_available(platform.device_type, dtype)
+    if not available:
+        return False, reason
+    for spec in dict.fromkeys(specs):  # distinct specs, in layer order
+        supported, reason = backend_cls.supports(spec)
+        if not supported:
+            return False, f"{reason} (a layer with {spec.describe()})"
+    return True, ""

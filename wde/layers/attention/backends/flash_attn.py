@@ -8,6 +8,7 @@ import importlib.util
 import torch
 
 from wde.layers.attention.backend import AttentionBackend, AttentionMetadata
+from wde.layers.attention.spec import AttentionSpec
 
 
 class FlashAttnBackend(AttentionBackend):
@@ -17,24 +18,29 @@ class FlashAttnBackend(AttentionBackend):
     supports_cuda_graphs = True
 
     @classmethod
-    def is_available(cls, device_type: str, dtype: torch.dtype, head_size: int) -> tuple[bool, str]:
-        available, reason = super().is_available(device_type, dtype, head_size)
+    def is_available(cls, device_type: str, dtype: torch.dtype) -> tuple[bool, str]:
+        available, reason = super().is_available(device_type, dtype)
         if not available:
             return available, reason
         if importlib.util.find_spec("flash_attn") is None:
             return False, "flash-attn is not installed: pip install 'wde[flash]'"
-        if head_size % 8 != 0 or head_size > 256:
-            return False, f"head size {head_size} is not a multiple of 8 up to 256"
         major, _ = torch.cuda.get_device_capability()
         if major < 8:
             return False, f"needs compute capability >= 8.0 (Ampere), this GPU has {major}.x"
         return True, ""
 
-    def __init__(self, num_heads: int, head_size: int, causal: bool = False) -> None:
-        super().__init__(num_heads, head_size, causal)
+    @classmethod
+    def supports(cls, spec: AttentionSpec) -> tuple[bool, str]:
+        if spec.head_size % 8 != 0 or spec.head_size > 256:
+            return False, f"head size {spec.head_size} is not a multiple of 8 up to 256"
+        return True, ""  # causal, sliding windows and grouped-query heads natively
+
+    def __init__(self, spec: AttentionSpec) -> None:
+        super().__init__(spec)
         from flash_attn import flash_attn_varlen_func
 
         self._varlen_func = flash_attn_varlen_func
+        self._window = spec.sliding_window or (-1, -1)
 
     def forward(
         self, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, metadata: AttentionMetadata
@@ -49,4 +55,5 @@ class FlashAttnBackend(AttentionBackend):
             max_seqlen_k=metadata.max_seqlen,
             softmax_scale=self.scale,
             causal=self.causal,
+            window_size=self._window,
         )

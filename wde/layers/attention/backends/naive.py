@@ -1,10 +1,11 @@
-"""Per-sequence matmul-softmax in float32: slow, obviously correct; the test oracle."""
+"""Per-sequence matmul-softmax in float32: slow, obviously correct; the test oracle. Honours every spec
+(causal, sliding windows, grouped-query heads)."""
 
 from __future__ import annotations
 
 import torch
 
-from wde.layers.attention.backend import AttentionBackend, AttentionMetadata
+from wde.layers.attention.backend import AttentionBackend, AttentionMetadata, allowed_keys
 
 
 class NaiveBackend(AttentionBackend):
@@ -13,6 +14,7 @@ class NaiveBackend(AttentionBackend):
     def forward(
         self, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, metadata: AttentionMetadata
     ) -> torch.Tensor:
+        key, value = self.expand_kv(key, value)
         output = torch.empty_like(query)
         start = 0
         for seq_len in metadata.seq_lens:
@@ -21,9 +23,9 @@ class NaiveBackend(AttentionBackend):
             k = key[start:end].transpose(0, 1).float()
             v = value[start:end].transpose(0, 1).float()
             scores = torch.matmul(q, k.transpose(1, 2)) * self.scale  # [num_heads, seq_len, seq_len]
-            if self.causal:
-                future = torch.ones(seq_len, seq_len, dtype=torch.bool, device=q.device).triu(1)
-                scores = scores.masked_fill(future, float("-inf"))
+            allowed = allowed_keys(self.spec, seq_len, q.device)
+            if allowed is not None:
+                scores = scores.masked_fill(~allowed, float("-inf"))
             probs = torch.softmax(scores, dim=-1)
             output[start:end] = torch.matmul(probs, v).transpose(0, 1).to(query.dtype)
             start = end

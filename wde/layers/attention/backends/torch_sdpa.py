@@ -4,7 +4,9 @@ The flat batch's sequences are sorted by length and cut into groups whose length
 ``MAX_GROUP_PADDING`` of each other; each group runs as one padded SDPA call (unmasked when its lengths
 are equal). Only the attention op sees padding, and at most ~25% of it: one padded call over the whole
 batch wastes far more on mixed lengths, and one call per sequence pays per-call overhead for short ones.
-The groups and gather indices are built once per batch and reused by every layer.
+The groups and gather indices are built once per batch and reused by every layer; each group's mask for
+a layer's spec (padding, causal, sliding window) is built on first use and shared by the layers with the
+same spec. Grouped-query k / v are repeated to one per query head.
 """
 
 from __future__ import annotations
@@ -14,7 +16,8 @@ from dataclasses import dataclass, field
 import torch
 import torch.nn.functional as F
 
-from wde.layers.attention.backend import AttentionBackend, AttentionMetadata
+from wde.layers.attention.backend import AttentionBackend, AttentionMetadata, allowed_keys
+from wde.layers.attention.spec import AttentionSpec
 
 # A group's longest sequence is at most this factor (or MIN_GROUP_SLACK tokens) longer than its shortest.
 MAX_GROUP_PADDING = 1.25
@@ -26,7 +29,26 @@ class SdpaGroup:
     num_seqs: int
     max_len: int
     gather_index: torch.Tensor  # [num_seqs * max_len]: flat row for each padded slot (pads repeat a real row)
-    attn_mask: torch.Tensor | None  # [num_seqs, 1, 1 or max_len, max_len] bool; None when lengths are equal
+    valid: torch.Tensor | None  # [num_seqs, max_len] bool, True on real tokens; None when lengths are equal
+    masks: dict[tuple[bool, tuple[int, int] | None], torch.Tensor | None] = field(default_factory=dict)
+
+    def mask_for(self, spec: AttentionSpec) -> torch.Tensor | None:
+        """[num_seqs, 1, 1 or max_len, max_len] bool (True: may attend), or None: no mask needed (equal
+        lengths and a plain spec; a causal spec then runs with is_causal)."""
+        key = (spec.causal, spec.sliding_window)
+        if key not in self.masks:
+            self.masks[key] = self._build_mask(spec)
+        return self.masks[key]
+
+    def _build_mask(self, spec: AttentionSpec) -> torch.Tensor | None:
+        causal_only = spec.causal and spec.sliding_window is None
+        if self.valid is None and (spec.is_plain or causal_only):
+            return None  # equal lengths: no padding to hide; SDPA's is_causal does the rest
+        pattern = allowed_keys(spec, self.max_len, self.gather_index.device)  # [max_len, max_len] or None
+        if self.valid is None:
+            return pattern[None, None]
+        mask = self.valid[:, None, None, :]  # [num_seqs, 1, 1, max_len]: padded keys hidden
+        return mask if pattern is None else mask & pattern[None, None]
 
 
 @dataclass
@@ -53,8 +75,9 @@ def group_by_length(seq_lens: list[int]) -> list[list[int]]:
 class TorchSdpaBackend(AttentionBackend):
     name = "torch_sdpa"
 
-    def build_metadata(self, seq_lens: list[int], device: torch.device) -> SdpaMetadata:
-        base = super().build_metadata(seq_lens, device)
+    @classmethod
+    def build_metadata(cls, seq_lens: list[int], device: torch.device) -> SdpaMetadata:
+        base = AttentionBackend.build_metadata(seq_lens, device)
         metadata = SdpaMetadata(base.seq_lens, base.cu_seqlens, base.max_seqlen)
         seq_starts = [0]
         for seq_len in seq_lens:
@@ -72,15 +95,12 @@ class TorchSdpaBackend(AttentionBackend):
             rows = num_padded_rows + torch.arange(len(members) * max_len).view(len(members), max_len)
             scatter_index[gather_index[valid]] = rows[valid]
             num_padded_rows += len(members) * max_len
-            attn_mask = None
-            if not bool(valid.all()):
-                attn_mask = valid[:, None, None, :]
-                if self.causal:
-                    attn_mask = attn_mask & torch.ones(max_len, max_len, dtype=torch.bool).tril()
-                attn_mask = attn_mask.to(device, non_blocking=True)
             metadata.groups.append(
                 SdpaGroup(
-                    len(members), max_len, gather_index.view(-1).to(device, non_blocking=True), attn_mask
+                    len(members),
+                    max_len,
+                    gather_index.view(-1).to(device, non_blocking=True),
+                    None if bool(valid.all()) else valid.to(device, non_blocking=True),
                 )
             )
         metadata.scatter_index = scatter_index.to(device, non_blocking=True)
@@ -89,9 +109,11 @@ class TorchSdpaBackend(AttentionBackend):
     def forward(
         self, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, metadata: SdpaMetadata
     ) -> torch.Tensor:
+        key, value = self.expand_kv(key, value)
         num_heads, head_size = query.shape[1:]
         outputs = []
         for group in metadata.groups:
+            attn_mask = group.mask_for(self.spec)
             q, k, v = (
                 t.index_select(0, group.gather_index)
                 .view(group.num_seqs, group.max_len, num_heads, head_size)
@@ -102,8 +124,8 @@ class TorchSdpaBackend(AttentionBackend):
                 q,
                 k,
                 v,
-                attn_mask=group.attn_mask,
-                is_causal=self.causal and group.attn_mask is None,
+                attn_mask=attn_mask,
+                is_causal=self.causal and attn_mask is None,
                 scale=self.scale,
             )
             outputs.append(out.transpose(1, 2).reshape(-1, num_heads, head_size))

@@ -10,11 +10,13 @@ from typing import Any
 import torch
 
 from wde.layers.attention.backend import AttentionBackend, AttentionMetadata
+from wde.layers.attention.spec import AttentionSpec
 
 
 @dataclass
 class XFormersMetadata(AttentionMetadata):
-    attn_bias: Any = None  # xformers BlockDiagonalMask (or its causal variant)
+    attn_bias: Any = None  # xformers BlockDiagonalMask
+    causal_bias: Any = None  # its causal variant, made on first use by a causal layer
 
 
 class XFormersBackend(AttentionBackend):
@@ -22,37 +24,48 @@ class XFormersBackend(AttentionBackend):
     supported_devices = ("cuda",)
 
     @classmethod
-    def is_available(cls, device_type: str, dtype: torch.dtype, head_size: int) -> tuple[bool, str]:
-        available, reason = super().is_available(device_type, dtype, head_size)
+    def is_available(cls, device_type: str, dtype: torch.dtype) -> tuple[bool, str]:
+        available, reason = super().is_available(device_type, dtype)
         if not available:
             return available, reason
         if importlib.util.find_spec("xformers") is None:
             return False, "xformers is not installed: pip install 'wde[xformers]'"
         return True, ""
 
-    def __init__(self, num_heads: int, head_size: int, causal: bool = False) -> None:
-        super().__init__(num_heads, head_size, causal)
+    @classmethod
+    def supports(cls, spec: AttentionSpec) -> tuple[bool, str]:
+        if spec.sliding_window is not None:
+            return False, "sliding-window layers are not wired for xformers; use flash_attn or torch_sdpa"
+        return True, ""
+
+    def __init__(self, spec: AttentionSpec) -> None:
+        super().__init__(spec)
         from xformers import ops as xops
-        from xformers.ops.fmha.attn_bias import BlockDiagonalMask
 
         self._attention = xops.memory_efficient_attention_forward
-        self._mask_cls = BlockDiagonalMask
 
-    def build_metadata(self, seq_lens: list[int], device: torch.device) -> XFormersMetadata:
-        base = super().build_metadata(seq_lens, device)
-        attn_bias = self._mask_cls.from_seqlens(seq_lens)
-        if self.causal:
-            attn_bias = attn_bias.make_causal()
+    @classmethod
+    def build_metadata(cls, seq_lens: list[int], device: torch.device) -> XFormersMetadata:
+        from xformers.ops.fmha.attn_bias import BlockDiagonalMask
+
+        base = AttentionBackend.build_metadata(seq_lens, device)
+        attn_bias = BlockDiagonalMask.from_seqlens(seq_lens)
         return XFormersMetadata(base.seq_lens, base.cu_seqlens, base.max_seqlen, attn_bias=attn_bias)
 
     def forward(
         self, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, metadata: XFormersMetadata
     ) -> torch.Tensor:
+        key, value = self.expand_kv(key, value)
+        attn_bias = metadata.attn_bias
+        if self.causal:
+            if metadata.causal_bias is None:
+                metadata.causal_bias = attn_bias.make_causal()
+            attn_bias = metadata.causal_bias
         out = self._attention(
             query.unsqueeze(0),
             key.unsqueeze(0),
             value.unsqueeze(0),
-            attn_bias=metadata.attn_bias,
+            attn_bias=attn_bias,
             scale=self.scale,
         )  # [1, num_tokens, num_heads, head_size]
         return out.squeeze(0)
