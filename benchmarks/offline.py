@@ -118,7 +118,8 @@ def main(argv: list[str] | None = None) -> None:
     print(
         f"# {len(texts)} texts, {num_tokens:,} tokens (max_model_len {llm.model_config.max_model_len}), "
         f"dtype {args.dtype}, {torch.get_num_threads()} threads, "
-        f"backend {llm.engine.runner.attn_backend_cls.name}, executor {engine_config.device_config.executor}, "
+        f"backend {llm.engine.runner.attn_backend_cls.name}, "
+        f"executor {engine_config.device_config.executor}, "
         f"max_num_batched_tokens {engine_config.scheduler_config.max_num_batched_tokens}, "
         f"{args.repeats} repeats"
     )
