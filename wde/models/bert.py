@@ -14,6 +14,7 @@ from wde.config import num_labels
 from wde.layers.activation import get_act_fn
 from wde.layers.attention.layer import Attention
 from wde.layers.attention.spec import AttentionSpec
+from wde.layers.pooler.methods import PoolingMetadata, cls_pool
 from wde.models.weight_names import load_named_weights
 
 
@@ -144,7 +145,7 @@ class BertModel(nn.Module):
 
     def load_weights(self, weights: Iterable[tuple[str, torch.Tensor]]) -> set[str]:
         """Copy HF-named tensors in (fusing query/key/value); returns the parameter names loaded."""
-        return load_named_weights(self, weights, self.weight_prefixes)
+        return load_named_weights(self, weights, self.weight_prefixes, self.config["hidden_size"])
 
 
 class BertForSequenceClassification(nn.Module):
@@ -154,6 +155,7 @@ class BertForSequenceClassification(nn.Module):
 
     def __init__(self, config: dict[str, Any]) -> None:
         super().__init__()
+        self.config = config
         self.bert = BertModel(config, add_pooler=True)
         self.classifier = nn.Linear(config["hidden_size"], num_labels(config))
 
@@ -162,12 +164,12 @@ class BertForSequenceClassification(nn.Module):
     ) -> torch.Tensor:
         return self.bert(input_ids, positions, token_type_ids)
 
-    def compute_logits(self, hidden_states: torch.Tensor, first_token_index: torch.Tensor) -> torch.Tensor:
-        first_token_states = hidden_states.index_select(0, first_token_index)  # [num_seqs, hidden_size]
+    def compute_logits(self, hidden_states: torch.Tensor, meta: PoolingMetadata) -> torch.Tensor:
+        first_token_states = cls_pool(hidden_states, meta)  # [num_seqs, hidden_size]
         return self.classifier(self.bert.pooler(first_token_states))  # [num_seqs, num_labels]
 
     def compile_blocks(self) -> None:
         self.bert.compile_blocks()
 
     def load_weights(self, weights: Iterable[tuple[str, torch.Tensor]]) -> set[str]:
-        return load_named_weights(self, weights, prefixes=())
+        return load_named_weights(self, weights, (), self.config["hidden_size"])

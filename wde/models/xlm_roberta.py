@@ -9,6 +9,7 @@ import torch
 from torch import nn
 
 from wde.config import num_labels
+from wde.layers.pooler.methods import PoolingMetadata, cls_pool
 from wde.models.bert import BertEmbeddings, BertModel
 from wde.models.weight_names import load_named_weights
 
@@ -37,6 +38,7 @@ class XLMRobertaForSequenceClassification(nn.Module):
 
     def __init__(self, config: dict[str, Any]) -> None:
         super().__init__()
+        self.config = config
         self.roberta = XLMRobertaModel(config)
         self.classifier = RobertaClassificationHead(config)
 
@@ -45,12 +47,11 @@ class XLMRobertaForSequenceClassification(nn.Module):
     ) -> torch.Tensor:
         return self.roberta(input_ids, positions, token_type_ids)
 
-    def compute_logits(self, hidden_states: torch.Tensor, first_token_index: torch.Tensor) -> torch.Tensor:
-        first_token_states = hidden_states.index_select(0, first_token_index)  # [num_seqs, hidden_size]
-        return self.classifier(first_token_states)  # [num_seqs, num_labels]
+    def compute_logits(self, hidden_states: torch.Tensor, meta: PoolingMetadata) -> torch.Tensor:
+        return self.classifier(cls_pool(hidden_states, meta))  # [num_seqs, num_labels]
 
     def compile_blocks(self) -> None:
         self.roberta.compile_blocks()
 
     def load_weights(self, weights: Iterable[tuple[str, torch.Tensor]]) -> set[str]:
-        return load_named_weights(self, weights, prefixes=())
+        return load_named_weights(self, weights, (), self.config["hidden_size"])

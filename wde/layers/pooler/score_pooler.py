@@ -1,4 +1,5 @@
-"""Cross-encoder head: the model's classifier on each sequence's first token, then the activation
+"""Cross-encoder head: the model's classifier (``compute_logits(hidden, meta)``: it pools as its family
+does, e.g. the first token, the mean, or the last token), then the activation
 (sigmoid / softmax / identity, as sentence-transformers' CrossEncoder resolves it) unless raw scores
 were asked for."""
 
@@ -30,7 +31,7 @@ class ScorePooler:
     def __call__(
         self, hidden: torch.Tensor, meta: PoolingMetadata, params: list[PoolingParams]
     ) -> list[np.ndarray]:
-        logits = self.model.compute_logits(hidden, meta.cu_seqlens[:-1]).float()  # [num_seqs, num_labels]
+        logits = self.model.compute_logits(hidden, meta).float()  # [num_seqs, num_labels]
         activated = self.activation(logits)
         raw = torch.tensor([p.raw_scores for p in params], device=logits.device)
         scores = torch.where(raw.unsqueeze(1), logits, activated)
