@@ -59,7 +59,11 @@ class ModelConfig:
 
     @property
     def hidden_size(self) -> int:
-        return int(self.hf_config["hidden_size"])
+        return int(config_value(self.hf_config, "hidden_size", "dim", "d_model"))
+
+    @property
+    def intermediate_size(self) -> int:
+        return int(config_value(self.hf_config, "intermediate_size", "hidden_dim", "d_ff"))
 
     @property
     def num_labels(self) -> int:
@@ -159,6 +163,15 @@ def max_positions(hf_config: dict[str, Any]) -> int:
     if hf_config.get("model_type") in ("xlm-roberta", "roberta", "camembert"):
         num_positions -= int(hf_config.get("pad_token_id", 1)) + 1
     return num_positions
+
+
+def config_value(hf_config: dict[str, Any], *names: str) -> Any:
+    """The first of ``names`` the config has: families name the same size differently (DistilBERT's "dim"
+    is everyone else's "hidden_size")."""
+    for name in names:
+        if name in hf_config:
+            return hf_config[name]
+    raise KeyError(f"config.json has none of {names}")
 
 
 def num_labels(hf_config: dict[str, Any]) -> int:

@@ -62,6 +62,11 @@ class ModelRunnerBase:
         start = time.perf_counter()
         self.model = load_model(self.model_config, self._choose_backend, self.device, self.dtype)
         if self.engine_config.device_config.compile_model:
+            if not hasattr(self.model, "compile_blocks"):
+                raise ValueError(
+                    f"compile_model is not supported for {self.model_config.architecture}; "
+                    "leave --compile-model off"
+                )
             self.model.compile_blocks()  # compiled on the first batches (the profile run warms it up)
         num_params = sum(p.numel() for p in self.model.parameters())
         self.weight_bytes = sum(p.numel() * p.element_size() for p in self.model.parameters())
@@ -167,8 +172,7 @@ class ModelRunnerBase:
     def _min_activation_bytes(self, num_tokens: int) -> int:
         """Lower bound of one layer's live activations: the MLP's intermediate states, fused QKV, the
         padded attention copies and a few hidden-size temporaries, per token."""
-        hf_config = self.model_config.hf_config
-        per_token = hf_config["intermediate_size"] + 10 * hf_config["hidden_size"]
+        per_token = self.model_config.intermediate_size + 10 * self.model_config.hidden_size
         return num_tokens * per_token * self.dtype.itemsize
 
     def _dummy_requests(self, num_seqs: int, seq_len: int) -> list[Request]:
