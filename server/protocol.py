@@ -232,6 +232,7 @@ class InfoResponse(BaseModel):
     model_sha: str | None = None
     model_dtype: str
     model_type: ModelType
+    model_architecture: str  # config.json's architecture that wde serves it as (not in TEI's /info)
     max_concurrent_requests: int
     max_input_length: int
     max_batch_tokens: int

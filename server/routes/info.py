@@ -47,6 +47,7 @@ def describe(state: AppState) -> dict:
         "model_sha": None,
         "model_dtype": model_config.dtype,
         "model_type": _model_type(model_config),
+        "model_architecture": model_config.architecture,
         "max_concurrent_requests": state.settings.max_concurrent_requests,
         "max_input_length": model_config.max_model_len,
         "max_batch_tokens": scheduler_config.max_num_batched_tokens,

@@ -129,6 +129,7 @@ async def test_info_and_health(async_engine: AsyncLLMEngine) -> None:
     assert health.status_code == 200
     assert info["model_id"] == MODEL and info["model_dtype"] == "float32"
     assert info["model_type"] == {"embedding": {"pooling": "mean"}}
+    assert info["model_architecture"] == "BertModel"
     assert info["max_input_length"] == 256 and info["max_batch_tokens"] == 2048
     assert info["max_client_batch_size"] == 7 and info["max_concurrent_requests"] == 512
     assert info["attention_backend"] == "torch_sdpa" and info["version"]
