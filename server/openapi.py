@@ -105,7 +105,7 @@ def _constrain_to_model(schema: dict[str, Any], model_config: ModelConfig, state
         if "dimensions" in properties:
             for option in properties["dimensions"].get("anyOf", []):
                 if option.get("type") == "integer":
-                    option["maximum"] = model_config.hidden_size
+                    option["maximum"] = model_config.embedding_size
         if "prompt_name" in properties:
             properties["prompt_name"] = {
                 "anyOf": [{"type": "string", "enum": sorted(model_config.prompts)}, {"type": "null"}]

@@ -17,6 +17,7 @@ POOLING_METHODS = ("cls", "mean", "max", "last")
 SCORE_ACTIVATIONS = ("sigmoid", "softmax", "tanh", "identity")
 PAIR_TRUNCATIONS = ("longest_first", "only_second")
 CUDA_GRAPH_MODES = ("none", "eager", "lazy", "idle")
+DENSE_ACTIVATIONS = ("identity", "tanh", "sigmoid", "relu", "gelu")
 
 
 @dataclass
@@ -32,6 +33,23 @@ class PoolingConfig:
 
 
 @dataclass
+class DenseConfig:
+    """One sentence-transformers ``Dense`` module after pooling: ``activation(pooled @ weight.T + bias)``."""
+
+    path: str  # the module's folder: config.json + model.safetensors (or pytorch_model.bin)
+    in_features: int
+    out_features: int
+    bias: bool = True
+    activation: str = "tanh"
+
+    def verify(self) -> None:
+        if self.activation not in DENSE_ACTIVATIONS:
+            raise ValueError(
+                f"{self.path}: Dense activation {self.activation!r} is not one of {DENSE_ACTIVATIONS}"
+            )
+
+
+@dataclass
 class ModelConfig:
     model: str
     tokenizer: str
@@ -42,6 +60,8 @@ class ModelConfig:
     truncate: bool = True
     task: str = "embed"
     pooling: PoolingConfig = field(default_factory=PoolingConfig)
+    # sentence-transformers Dense modules applied after pooling, in order (EmbeddingGemma: 768->3072->768)
+    dense_layers: list[DenseConfig] = field(default_factory=list)
     prompts: dict[str, str] = field(default_factory=dict)
     default_prompt_name: str | None = None
     served_model_name: str | None = None
@@ -60,6 +80,12 @@ class ModelConfig:
     @property
     def hidden_size(self) -> int:
         return int(config_value(self.hf_config, "hidden_size", "dim", "d_model"))
+
+    @property
+    def embedding_size(self) -> int:
+        """The size of an embedding before Matryoshka truncation: the last Dense module's output, else the
+        hidden size."""
+        return self.dense_layers[-1].out_features if self.dense_layers else self.hidden_size
 
     @property
     def intermediate_size(self) -> int:
@@ -93,6 +119,18 @@ class ModelConfig:
                 f"{sorted(self.prompts)}"
             )
         self.pooling.verify()
+        self._verify_dense_layers()
+
+    def _verify_dense_layers(self) -> None:
+        size, source = self.hidden_size, "the model's hidden size"
+        for dense in self.dense_layers:
+            dense.verify()
+            if dense.in_features != size:
+                raise ValueError(
+                    f"{dense.path}: Dense in_features ({dense.in_features}) does not match {source} "
+                    f"({size}); the sentence-transformers modules do not fit this model"
+                )
+            size, source = dense.out_features, f"the out_features of {dense.path}"
 
 
 @dataclass

@@ -105,6 +105,7 @@ class EngineArgs:
                 task=task,
                 pooling=pooling,
                 prompts=st_metadata.prompts,
+                dense_layers=st_metadata.dense_layers,
                 default_prompt_name=st_metadata.default_prompt_name,
                 served_model_name=self.served_model_name or _default_served_name(self.model, model_path),
                 score_activation=self.score_activation

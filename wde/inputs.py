@@ -40,14 +40,15 @@ class PoolingParams:
     raw_scores: bool = False  # score task: return logits instead of activated scores
 
     def verify(self, model_config: ModelConfig) -> None:
-        hidden_size = model_config.hidden_size
         if self.dimensions is not None:
             if isinstance(self.dimensions, bool) or not isinstance(self.dimensions, int):
                 raise TypeError(f"dimensions must be an int, got {type(self.dimensions).__name__}")
-            if not 1 <= self.dimensions <= hidden_size:
+            embedding_size = model_config.embedding_size  # after the model's Dense modules, if any
+            if not 1 <= self.dimensions <= embedding_size:
+                size_name = "embedding size" if model_config.dense_layers else "hidden size"
                 raise ValueError(
                     f"dimensions ({self.dimensions}) must be between 1 and the model's "
-                    f"hidden size ({hidden_size})"
+                    f"{size_name} ({embedding_size})"
                 )
         prompts = model_config.prompts
         if self.prompt_name is not None and self.prompt_name not in prompts:

@@ -1,6 +1,7 @@
 """sentence-transformers metadata of a model directory, so our defaults equal ``SentenceTransformer.encode``.
 
-Reads ``modules.json``, the Pooling module's ``config.json``, the ``Normalize`` module,
+Reads ``modules.json``, the Pooling module's ``config.json``, the ``Dense`` modules after it (their
+``config.json``; the pooler loads their weights), the ``Normalize`` module,
 ``sentence_bert_config.json`` (max_seq_length, older versions) and ``config_sentence_transformers.json``
 (prompts, a CrossEncoder's activation). Plain JSON: no torch, no sentence-transformers import.
 
@@ -16,10 +17,18 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from wde.config import PoolingConfig
+from wde.config import DenseConfig, PoolingConfig
 
 _PACKAGE = "sentence_transformers."
-_SUPPORTED_MODULES = ("Transformer", "Pooling", "Normalize")
+_SUPPORTED_MODULES = ("Transformer", "Pooling", "Dense", "Normalize")
+# A Dense module's activation_function is a torch class path ("torch.nn.modules.activation.Tanh").
+_DENSE_ACTIVATIONS = {
+    "Identity": "identity",
+    "Tanh": "tanh",
+    "Sigmoid": "sigmoid",
+    "ReLU": "relu",
+    "GELU": "gelu",
+}
 
 # sentence-transformers pooling mode -> our pooling method; the legacy ``pooling_mode_*`` booleans (< 5.7)
 # and the ``pooling_mode`` string (>= 5.7) name the same modes.
@@ -37,6 +46,7 @@ _LEGACY_POOLING_KEYS = {
 @dataclass
 class SentenceTransformerMetadata:
     pooling: PoolingConfig | None = None
+    dense_layers: list[DenseConfig] = field(default_factory=list)  # after pooling, in order
     max_seq_length: int | None = None
     prompts: dict[str, str] = field(default_factory=dict)
     default_prompt_name: str | None = None
@@ -80,12 +90,40 @@ def _read_pooling(module_dir: Path) -> PoolingConfig:
     return PoolingConfig(method=_POOLING_MODES[modes[0]])
 
 
+def _read_dense(module_dir: Path) -> DenseConfig:
+    config_path = module_dir / "config.json"
+    config = _read_json(config_path)
+    # sentence-transformers' default when the key is absent is Tanh
+    activation_path = str(config.get("activation_function") or "torch.nn.modules.activation.Tanh")
+    activation = _DENSE_ACTIVATIONS.get(activation_path.rsplit(".", 1)[-1])
+    if not activation_path.startswith("torch.") or activation is None:
+        raise ValueError(
+            f"{config_path} asks for activation_function {activation_path!r}; wde supports the torch.nn "
+            f"classes {', '.join(_DENSE_ACTIVATIONS)}"
+        )
+    if config.get("use_residual"):
+        raise ValueError(f"{config_path} sets use_residual: true, which wde does not support yet")
+    for key in ("module_input_name", "module_output_name"):
+        if config.get(key, "sentence_embedding") != "sentence_embedding":
+            raise ValueError(
+                f"{config_path} sets {key}: {config[key]!r}; wde applies Dense modules to the pooled "
+                "sentence_embedding only"
+            )
+    return DenseConfig(
+        path=str(module_dir),
+        in_features=int(config["in_features"]),
+        out_features=int(config["out_features"]),
+        bias=bool(config.get("bias", True)),
+        activation=activation,
+    )
+
+
 def read_st_metadata(model_dir: str | Path) -> SentenceTransformerMetadata:
     """Return what the directory says about pooling, normalization, max length, prompts and activation."""
     model_dir = Path(model_dir)
     metadata = SentenceTransformerMetadata()
 
-    # 1. modules.json: Transformer -> Pooling -> Normalize
+    # 1. modules.json: Transformer -> Pooling -> Dense* -> Normalize
     modules_path = model_dir / "modules.json"
     if modules_path.exists():
         pooling: PoolingConfig | None = None
@@ -99,6 +137,14 @@ def read_st_metadata(model_dir: str | Path) -> SentenceTransformerMetadata:
                 )
             if kind == "Pooling":
                 pooling = _read_pooling(model_dir / module.get("path", ""))
+            elif kind == "Dense":
+                if pooling is None or normalize:
+                    raise ValueError(
+                        f"{modules_path} has a Dense module {module.get('path')!r} outside Pooling -> "
+                        "Dense -> Normalize; wde applies Dense modules to the pooled, not yet normalized "
+                        "embedding"
+                    )
+                metadata.dense_layers.append(_read_dense(model_dir / module.get("path", "")))
             elif kind == "Normalize":
                 normalize = True
         if pooling is not None:

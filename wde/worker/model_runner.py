@@ -16,6 +16,7 @@ from wde.layers.attention.backend import AttentionBackend
 from wde.layers.attention.selector import select_attention_backend
 from wde.layers.attention.spec import AttentionSpec
 from wde.layers.forward_context import set_forward_context
+from wde.layers.pooler.dense_head import DenseStack
 from wde.layers.pooler.embedding_pooler import EmbeddingPooler
 from wde.layers.pooler.score_pooler import ScorePooler
 from wde.models.loader import load_model
@@ -141,7 +142,9 @@ class ModelRunnerBase:
     def _make_pooler(self) -> EmbeddingPooler | ScorePooler:
         if self.model_config.task == "score":
             return ScorePooler(self.model, self.model_config.score_activation)
-        return EmbeddingPooler(self.model_config.pooling)
+        dense_layers = self.model_config.dense_layers
+        dense = DenseStack.load(dense_layers, self.device, self.dtype) if dense_layers else None
+        return EmbeddingPooler(self.model_config.pooling, dense)
 
     def prepare_inputs(self, requests: list[Request]) -> InputBatch:
         return InputBatch.build(requests, self.attn_backend_cls, self.device)

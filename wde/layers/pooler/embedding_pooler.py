@@ -1,5 +1,5 @@
-"""Embedding pooler: pool (CLS / mean / max / last), then per request: Matryoshka truncation and
-normalization."""
+"""Embedding pooler: pool (CLS / mean / max / last), the model's sentence-transformers Dense modules if it
+has any, then per request: Matryoshka truncation and normalization."""
 
 from __future__ import annotations
 
@@ -11,12 +11,14 @@ import torch.nn.functional as F
 
 from wde.config import PoolingConfig
 from wde.inputs import PoolingParams
+from wde.layers.pooler.dense_head import DenseStack
 from wde.layers.pooler.methods import POOLING_METHODS, PoolingMetadata
 
 
 class EmbeddingPooler:
-    def __init__(self, config: PoolingConfig) -> None:
+    def __init__(self, config: PoolingConfig, dense: DenseStack | None = None) -> None:
         self.pool = POOLING_METHODS[config.method]
+        self.dense = dense
         self.default_normalize = config.normalize
 
     def __call__(
@@ -26,6 +28,8 @@ class EmbeddingPooler:
         params: list[PoolingParams],
     ) -> list[np.ndarray]:
         pooled = self.pool(hidden.float(), meta)  # [num_seqs, hidden_size], float32
+        if self.dense is not None:  # in the model's dtype, as sentence-transformers runs it
+            pooled = self.dense(pooled.to(self.dense.dtype)).float()  # [num_seqs, embedding_size]
         # Rows asking for the same (dimensions, normalize) are handled together.
         groups: dict[tuple[int | None, bool], list[int]] = defaultdict(list)
         for row, p in enumerate(params):
