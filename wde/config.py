@@ -196,9 +196,9 @@ class EngineConfig:
 
 
 def max_positions(hf_config: dict[str, Any]) -> int:
-    """Usable positions: XLM-RoBERTa style models reserve padding_idx + 1 slots of the table."""
+    """Usable positions: XLM-RoBERTa style models (and MPNet) reserve padding_idx + 1 slots of the table."""
     num_positions = int(hf_config.get("max_position_embeddings", 512))
-    if hf_config.get("model_type") in ("xlm-roberta", "roberta", "camembert"):
+    if hf_config.get("model_type") in ("xlm-roberta", "roberta", "camembert", "mpnet"):
         num_positions -= int(hf_config.get("pad_token_id", 1)) + 1
     return num_positions
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 from torch import nn
 
 from wde.models.bert import BertForSequenceClassification, BertModel
+from wde.models.mpnet import MPNetForSequenceClassification, MPNetModel
 from wde.models.xlm_roberta import XLMRobertaForSequenceClassification, XLMRobertaModel
 
 MODEL_REGISTRY: dict[str, type[nn.Module]] = {
@@ -14,6 +15,8 @@ MODEL_REGISTRY: dict[str, type[nn.Module]] = {
     "BertForSequenceClassification": BertForSequenceClassification,
     "XLMRobertaForSequenceClassification": XLMRobertaForSequenceClassification,
     "RobertaForSequenceClassification": XLMRobertaForSequenceClassification,
+    "MPNetModel": MPNetModel,
+    "MPNetForSequenceClassification": MPNetForSequenceClassification,
 }
 
 

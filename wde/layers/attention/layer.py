@@ -21,11 +21,26 @@ class Attention(nn.Module):
     def bind(self, backend_cls: type[AttentionBackend]) -> None:
         self.backend = backend_cls(self.spec)
 
-    def forward(self, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor) -> torch.Tensor:
-        # [num_tokens, num_heads | num_kv_heads, head_size] x3 -> [num_tokens, num_heads, head_size]
+    def forward(
+        self,
+        query: torch.Tensor,
+        key: torch.Tensor,
+        value: torch.Tensor,
+        position_bias: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        # [num_tokens, num_heads | num_kv_heads, head_size] x3 -> [num_tokens, num_heads, head_size];
+        # position_bias [num_heads, max_seqlen, max_seqlen], only for a spec with position_bias
         if self.backend is None:
             raise RuntimeError("attention layer without a backend: bind_attention_backend(model, cls) first")
-        return self.backend.forward(query, key, value, get_forward_context().attn_metadata)
+        metadata = get_forward_context().attn_metadata
+        if self.spec.position_bias != (position_bias is not None):
+            raise ValueError(
+                f"an attention layer with spec position_bias={self.spec.position_bias} was called "
+                f"{'without' if position_bias is None else 'with'} a position_bias tensor"
+            )
+        if position_bias is None:
+            return self.backend.forward(query, key, value, metadata)
+        return self.backend.forward(query, key, value, metadata, position_bias=position_bias)
 
 
 def attention_specs(model: nn.Module) -> list[AttentionSpec]:

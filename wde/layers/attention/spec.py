@@ -19,6 +19,10 @@ class AttentionSpec:
     # (left, right): a query attends to keys at most `left` positions before and `right` after it
     # (flash-attn's window_size); None: the whole sequence. A causal layer has right = 0.
     sliding_window: tuple[int, int] | None = None
+    # True: each call adds a per-head bias to the scores, ``[num_heads, max_seqlen, max_seqlen]`` over
+    # (query, key) positions within a sequence, the same for every sequence (MPNet's relative position bias).
+    # Backends without an additive-bias input refuse such a layer in ``supports``.
+    position_bias: bool = False
 
     def __post_init__(self) -> None:
         if self.num_kv_heads == 0:
@@ -49,4 +53,6 @@ class AttentionSpec:
             parts.append("causal")
         if self.sliding_window is not None:
             parts.append(f"window {self.sliding_window}")
+        if self.position_bias:
+            parts.append("position bias")
         return ", ".join(parts)

@@ -31,6 +31,8 @@ class FlashAttnBackend(AttentionBackend):
 
     @classmethod
     def supports(cls, spec: AttentionSpec) -> tuple[bool, str]:
+        if spec.position_bias:
+            return False, "additive position bias (MPNet) is not wired for flash-attn; use torch_sdpa"
         if spec.head_size % 8 != 0 or spec.head_size > 256:
             return False, f"head size {spec.head_size} is not a multiple of 8 up to 256"
         return True, ""  # causal, sliding windows and grouped-query heads natively

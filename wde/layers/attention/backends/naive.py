@@ -1,5 +1,5 @@
 """Per-sequence matmul-softmax in float32: slow, obviously correct; the test oracle. Honours every spec
-(causal, sliding windows, grouped-query heads)."""
+(causal, sliding windows, grouped-query heads, additive position bias)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,12 @@ class NaiveBackend(AttentionBackend):
     name = "naive"
 
     def forward(
-        self, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, metadata: AttentionMetadata
+        self,
+        query: torch.Tensor,
+        key: torch.Tensor,
+        value: torch.Tensor,
+        metadata: AttentionMetadata,
+        position_bias: torch.Tensor | None = None,  # [num_heads, max_seqlen, max_seqlen]
     ) -> torch.Tensor:
         key, value = self.expand_kv(key, value)
         output = torch.empty_like(query)
@@ -23,6 +28,8 @@ class NaiveBackend(AttentionBackend):
             k = key[start:end].transpose(0, 1).float()
             v = value[start:end].transpose(0, 1).float()
             scores = torch.matmul(q, k.transpose(1, 2)) * self.scale  # [num_heads, seq_len, seq_len]
+            if position_bias is not None:
+                scores = scores + position_bias[:, :seq_len, :seq_len].float()
             allowed = allowed_keys(self.spec, seq_len, q.device)
             if allowed is not None:
                 scores = scores.masked_fill(~allowed, float("-inf"))

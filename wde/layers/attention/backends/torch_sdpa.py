@@ -6,7 +6,9 @@ are equal). Only the attention op sees padding, and at most ~25% of it: one padd
 batch wastes far more on mixed lengths, and one call per sequence pays per-call overhead for short ones.
 The groups and gather indices are built once per batch and reused by every layer; each group's mask for
 a layer's spec (padding, causal, sliding window) is built on first use and shared by the layers with the
-same spec. Grouped-query k / v are repeated to one per query head.
+same spec. Grouped-query k / v are repeated to one per query head. A layer's additive position bias
+(``[num_heads, max_seqlen, max_seqlen]``) is cut to each group's length and joins the padding mask as a
+float mask.
 """
 
 from __future__ import annotations
@@ -72,6 +74,14 @@ def group_by_length(seq_lens: list[int]) -> list[list[int]]:
     return groups
 
 
+def with_bias(mask: torch.Tensor | None, bias: torch.Tensor) -> torch.Tensor:
+    """A float SDPA mask: ``bias`` [num_heads, max_len, max_len] where ``mask`` (bool, broadcast to
+    [num_seqs, 1, 1 or max_len, max_len]) allows, -inf where it does not."""
+    if mask is None:
+        return bias[None]  # [1, num_heads, max_len, max_len]
+    return bias[None].masked_fill(~mask, float("-inf"))  # [num_seqs, num_heads, max_len, max_len]
+
+
 class TorchSdpaBackend(AttentionBackend):
     name = "torch_sdpa"
 
@@ -107,13 +117,20 @@ class TorchSdpaBackend(AttentionBackend):
         return metadata
 
     def forward(
-        self, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, metadata: SdpaMetadata
+        self,
+        query: torch.Tensor,
+        key: torch.Tensor,
+        value: torch.Tensor,
+        metadata: SdpaMetadata,
+        position_bias: torch.Tensor | None = None,  # [num_heads, max_seqlen, max_seqlen]
     ) -> torch.Tensor:
         key, value = self.expand_kv(key, value)
         num_heads, head_size = query.shape[1:]
         outputs = []
         for group in metadata.groups:
             attn_mask = group.mask_for(self.spec)
+            if position_bias is not None:
+                attn_mask = with_bias(attn_mask, position_bias[:, : group.max_len, : group.max_len])
             q, k, v = (
                 t.index_select(0, group.gather_index)
                 .view(group.num_seqs, group.max_len, num_heads, head_size)

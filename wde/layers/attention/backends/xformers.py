@@ -34,6 +34,8 @@ class XFormersBackend(AttentionBackend):
 
     @classmethod
     def supports(cls, spec: AttentionSpec) -> tuple[bool, str]:
+        if spec.position_bias:
+            return False, "additive position bias (MPNet) is not wired for xformers; use torch_sdpa"
         if spec.sliding_window is not None:
             return False, "sliding-window layers are not wired for xformers; use flash_attn or torch_sdpa"
         return True, ""
