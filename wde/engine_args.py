@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 from dataclasses import dataclass, fields
@@ -87,7 +88,7 @@ class EngineArgs:
         max_num_batched_tokens = self._resolve_max_num_batched_tokens(
             platform.default_max_num_batched_tokens, max_model_len
         )
-        pooling = st_metadata.pooling or PoolingConfig(method="cls", normalize=True)
+        pooling = st_metadata.pooling or _default_pooling(model_cls)
         if self.pooling is not None:
             pooling.method = self.pooling
         if self.normalize is not None:
@@ -174,6 +175,15 @@ class EngineArgs:
                 f"{', '.join(supported_tasks)}"
             )
         return self.task
+
+
+def _default_pooling(model_cls: type) -> PoolingConfig:
+    """Without sentence-transformers metadata: the family's own default (a decoder pools its last token),
+    else CLS + normalize."""
+    default = getattr(model_cls, "default_pooling", None)
+    if default is None:
+        return PoolingConfig(method="cls", normalize=True)
+    return dataclasses.replace(default)
 
 
 def _read_hf_config(model_path: str) -> dict[str, Any]:

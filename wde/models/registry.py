@@ -6,6 +6,7 @@ from torch import nn
 
 from wde.models.bert import BertForSequenceClassification, BertModel
 from wde.models.mpnet import MPNetForSequenceClassification, MPNetModel
+from wde.models.qwen3 import Qwen3ForCausalLM, Qwen3Model
 from wde.models.xlm_roberta import XLMRobertaForSequenceClassification, XLMRobertaModel
 
 MODEL_REGISTRY: dict[str, type[nn.Module]] = {
@@ -17,6 +18,8 @@ MODEL_REGISTRY: dict[str, type[nn.Module]] = {
     "RobertaForSequenceClassification": XLMRobertaForSequenceClassification,
     "MPNetModel": MPNetModel,
     "MPNetForSequenceClassification": MPNetForSequenceClassification,
+    "Qwen3Model": Qwen3Model,
+    "Qwen3ForCausalLM": Qwen3ForCausalLM,
 }
 
 

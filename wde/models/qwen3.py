@@ -1,0 +1,195 @@
+"""Qwen3 decoder on flat, unpadded batches (Qwen3-Embedding; the Qwen3-Reranker is ``Qwen3ForCausalLM``
+with task "score").
+
+Per layer: RMSNorm -> attention (causal, grouped-query heads of the config's ``head_dim``, q/k RMSNorm per
+head, then RoPE) -> residual -> RMSNorm -> SwiGLU MLP -> residual; a final RMSNorm. Embeddings pool the last
+token (Qwen3-Embedding appends ``<|endoftext|>`` through its tokenizer's post-processor), normalized.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from wde.config import PoolingConfig
+from wde.layers.attention.layer import Attention
+from wde.layers.attention.spec import AttentionSpec
+from wde.layers.rotary import RotaryEmbedding
+from wde.models.weight_names import WeightTarget, fused_rows, load_weights_by_name, strip_prefix
+
+_QKV = re.compile(r"^(layers\.\d+\.self_attn)\.(q|k|v)_proj\.(weight|bias)$")
+_GATE_UP = re.compile(r"^(layers\.\d+\.mlp)\.(gate|up)_proj\.weight$")
+
+
+def rope_theta(config: dict[str, Any]) -> float:
+    """transformers >= 5 saves ``rope_parameters: {rope_type, rope_theta}``; older checkpoints (the published
+    Qwen3 ones) a top-level ``rope_theta`` and ``rope_scaling``."""
+    rope = config.get("rope_parameters") or {}
+    scaling = config.get("rope_scaling") or {}
+    rope_type = rope.get("rope_type") or scaling.get("rope_type") or scaling.get("type") or "default"
+    if rope_type != "default":
+        raise ValueError(
+            f"RoPE type {rope_type!r} (rope_parameters / rope_scaling in config.json) is not supported; wde "
+            "implements default RoPE: remove the scaling or serve the model with transformers"
+        )
+    return float(rope.get("rope_theta") or config.get("rope_theta") or 10000.0)
+
+
+class RMSNorm(nn.Module):
+    """Qwen3's RMSNorm: normalized in float32, scaled in the input's dtype."""
+
+    def __init__(self, hidden_size: int, eps: float) -> None:
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(hidden_size))
+        self.eps = eps
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        variance = x.float().pow(2).mean(-1, keepdim=True)
+        return self.weight * (x.float() * torch.rsqrt(variance + self.eps)).to(x.dtype)
+
+
+def _sliding_window(config: dict[str, Any], layer_index: int) -> tuple[int, int] | None:
+    """transformers' window of ``sliding_window`` keys ends at the query itself: ``sliding_window - 1``
+    positions before it."""
+    window = config.get("sliding_window")
+    if not config.get("use_sliding_window") or not window:
+        return None
+    layer_types = config.get("layer_types")
+    if layer_types is not None:
+        is_sliding = layer_types[layer_index] == "sliding_attention"
+    else:
+        is_sliding = layer_index >= config.get("max_window_layers", 28)
+    return (int(window) - 1, 0) if is_sliding else None
+
+
+class Qwen3Attention(nn.Module):
+    def __init__(self, config: dict[str, Any], layer_index: int) -> None:
+        super().__init__()
+        hidden_size = config["hidden_size"]
+        self.num_heads = config["num_attention_heads"]
+        self.num_kv_heads = config.get("num_key_value_heads") or self.num_heads
+        self.head_size = config.get("head_dim") or hidden_size // self.num_heads
+        self.qkv_sizes = (
+            self.num_heads * self.head_size,
+            self.num_kv_heads * self.head_size,
+            self.num_kv_heads * self.head_size,
+        )
+        bias = bool(config.get("attention_bias", False))
+        self.qkv_proj = nn.Linear(hidden_size, sum(self.qkv_sizes), bias=bias)  # fused q/k/v (GQA-sized)
+        self.o_proj = nn.Linear(self.num_heads * self.head_size, hidden_size, bias=bias)
+        eps = config.get("rms_norm_eps", 1e-6)
+        self.q_norm = RMSNorm(self.head_size, eps)
+        self.k_norm = RMSNorm(self.head_size, eps)
+        self.rotary_emb = RotaryEmbedding(self.head_size, rope_theta(config))
+        self.attn = Attention(
+            AttentionSpec(
+                num_heads=self.num_heads,
+                num_kv_heads=self.num_kv_heads,
+                head_size=self.head_size,
+                causal=True,
+                sliding_window=_sliding_window(config, layer_index),
+            )
+        )
+
+    def forward(self, hidden_states: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+        num_tokens = hidden_states.shape[0]
+        q, k, v = self.qkv_proj(hidden_states).split(self.qkv_sizes, dim=-1)
+        q = self.q_norm(q.view(num_tokens, self.num_heads, self.head_size))  # [num_tokens, heads, head_size]
+        k = self.k_norm(k.view(num_tokens, self.num_kv_heads, self.head_size))  # [num_tokens, kv_heads, ...]
+        v = v.view(num_tokens, self.num_kv_heads, self.head_size)
+        q, k = self.rotary_emb(positions, q, k)
+        attn_out = self.attn(q, k, v)  # [num_tokens, num_heads, head_size]
+        return self.o_proj(attn_out.reshape(num_tokens, -1))  # [num_tokens, hidden_size]
+
+
+class Qwen3MLP(nn.Module):
+    """SwiGLU: down(silu(gate(x)) * up(x)), gate and up fused into one projection."""
+
+    def __init__(self, config: dict[str, Any]) -> None:
+        super().__init__()
+        hidden_size, intermediate_size = config["hidden_size"], config["intermediate_size"]
+        if config.get("hidden_act", "silu") != "silu":
+            raise ValueError(
+                f"hidden_act {config['hidden_act']!r} is not supported by wde's Qwen3 (only silu)"
+            )
+        self.intermediate_size = intermediate_size
+        self.gate_up_proj = nn.Linear(hidden_size, 2 * intermediate_size, bias=False)
+        self.down_proj = nn.Linear(intermediate_size, hidden_size, bias=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        gate, up = self.gate_up_proj(x).split(self.intermediate_size, dim=-1)  # [num_tokens, intermediate] x2
+        return self.down_proj(F.silu(gate) * up)
+
+
+class Qwen3DecoderLayer(nn.Module):
+    def __init__(self, config: dict[str, Any], layer_index: int) -> None:
+        super().__init__()
+        eps = config.get("rms_norm_eps", 1e-6)
+        self.input_layernorm = RMSNorm(config["hidden_size"], eps)
+        self.self_attn = Qwen3Attention(config, layer_index)
+        self.post_attention_layernorm = RMSNorm(config["hidden_size"], eps)
+        self.mlp = Qwen3MLP(config)
+
+    def forward(self, hidden_states: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+        hidden_states = hidden_states + self.self_attn(self.input_layernorm(hidden_states), positions)
+        return self.mlp_block(hidden_states)
+
+    def mlp_block(self, hidden_states: torch.Tensor) -> torch.Tensor:
+        """RMSNorm -> SwiGLU -> residual (token-wise: what torch.compile fuses)."""
+        return hidden_states + self.mlp(self.post_attention_layernorm(hidden_states))
+
+
+class Qwen3Model(nn.Module):
+    """Token embeddings + decoder layers + final norm; returns the last hidden state [num_tokens, hidden]."""
+
+    supported_tasks: tuple[str, ...] = ("embed",)
+    # Without sentence-transformers metadata, embed as Qwen3-Embedding does: last token, normalized.
+    default_pooling = PoolingConfig(method="last", normalize=True)
+
+    def __init__(self, config: dict[str, Any]) -> None:
+        super().__init__()
+        self.config = config
+        self.embed_tokens = nn.Embedding(config["vocab_size"], config["hidden_size"])
+        self.layers = nn.ModuleList(Qwen3DecoderLayer(config, i) for i in range(config["num_hidden_layers"]))
+        self.norm = RMSNorm(config["hidden_size"], config.get("rms_norm_eps", 1e-6))
+
+    def forward(
+        self, input_ids: torch.Tensor, positions: torch.Tensor, token_type_ids: torch.Tensor | None = None
+    ) -> torch.Tensor:
+        hidden_states = self.embed_tokens(input_ids)  # [num_tokens, hidden_size]
+        for layer in self.layers:
+            hidden_states = layer(hidden_states, positions)
+        return self.norm(hidden_states)
+
+    def compile_blocks(self) -> None:
+        """torch.compile each layer's MLP block with dynamic token counts; attention stays eager."""
+        for layer in self.layers:
+            layer.mlp_block = torch.compile(layer.mlp_block, dynamic=True)
+
+    def weight_target(self, name: str) -> WeightTarget | None:
+        """Checkpoint name (``model.`` prefix stripped) -> our parameter and rows; None skips it."""
+        if name == "lm_head.weight":
+            return None  # the language-model head: unused for embeddings
+        name = strip_prefix(name, ("model.",))
+        match = _QKV.match(name)
+        if match:
+            attn: Qwen3Attention = self.layers[0].self_attn
+            shard = "qkv".index(match[2])
+            return f"{match[1]}.qkv_proj.{match[3]}", fused_rows(shard, attn.qkv_sizes)
+        match = _GATE_UP.match(name)
+        if match:
+            size = self.config["intermediate_size"]
+            return f"{match[1]}.gate_up_proj.weight", fused_rows(("gate", "up").index(match[2]), (size, size))
+        return name, None
+
+    def load_weights(self, weights: Iterable[tuple[str, torch.Tensor]]) -> set[str]:
+        return load_weights_by_name(self, weights, self.weight_target)
+
+
+class Qwen3ForCausalLM(Qwen3Model):
+    """A ``Qwen3ForCausalLM`` checkpoint (``model.`` prefixed, with an ``lm_head``) served as an embedder."""
