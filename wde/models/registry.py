@@ -5,6 +5,7 @@ from __future__ import annotations
 from torch import nn
 
 from wde.models.bert import BertForSequenceClassification, BertModel
+from wde.models.distilbert import DistilBertForSequenceClassification, DistilBertModel
 from wde.models.mpnet import MPNetForSequenceClassification, MPNetModel
 from wde.models.qwen3 import Qwen3ForCausalLM, Qwen3Model
 from wde.models.xlm_roberta import XLMRobertaForSequenceClassification, XLMRobertaModel
@@ -18,6 +19,8 @@ MODEL_REGISTRY: dict[str, type[nn.Module]] = {
     "RobertaForSequenceClassification": XLMRobertaForSequenceClassification,
     "MPNetModel": MPNetModel,
     "MPNetForSequenceClassification": MPNetForSequenceClassification,
+    "DistilBertModel": DistilBertModel,
+    "DistilBertForSequenceClassification": DistilBertForSequenceClassification,
     "Qwen3Model": Qwen3Model,
     "Qwen3ForCausalLM": Qwen3ForCausalLM,
 }
