@@ -6,6 +6,7 @@ from torch import nn
 
 from wde.models.bert import BertForSequenceClassification, BertModel
 from wde.models.distilbert import DistilBertForSequenceClassification, DistilBertModel
+from wde.models.modernbert import ModernBertForSequenceClassification, ModernBertModel
 from wde.models.mpnet import MPNetForSequenceClassification, MPNetModel
 from wde.models.qwen3 import Qwen3ForCausalLM, Qwen3Model
 from wde.models.xlm_roberta import XLMRobertaForSequenceClassification, XLMRobertaModel
@@ -17,6 +18,8 @@ MODEL_REGISTRY: dict[str, type[nn.Module]] = {
     "BertForSequenceClassification": BertForSequenceClassification,
     "XLMRobertaForSequenceClassification": XLMRobertaForSequenceClassification,
     "RobertaForSequenceClassification": XLMRobertaForSequenceClassification,
+    "ModernBertModel": ModernBertModel,
+    "ModernBertForSequenceClassification": ModernBertForSequenceClassification,
     "MPNetModel": MPNetModel,
     "MPNetForSequenceClassification": MPNetForSequenceClassification,
     "DistilBertModel": DistilBertModel,
