@@ -6,6 +6,7 @@ from torch import nn
 
 from wde.models.bert import BertForSequenceClassification, BertModel
 from wde.models.distilbert import DistilBertForSequenceClassification, DistilBertModel
+from wde.models.gemma3 import Gemma3TextModel
 from wde.models.modernbert import ModernBertForSequenceClassification, ModernBertModel
 from wde.models.mpnet import MPNetForSequenceClassification, MPNetModel
 from wde.models.qwen3 import Qwen3ForCausalLM, Qwen3Model
@@ -26,6 +27,7 @@ MODEL_REGISTRY: dict[str, type[nn.Module]] = {
     "DistilBertForSequenceClassification": DistilBertForSequenceClassification,
     "Qwen3Model": Qwen3Model,
     "Qwen3ForCausalLM": Qwen3ForCausalLM,
+    "Gemma3TextModel": Gemma3TextModel,
 }
 
 
