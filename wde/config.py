@@ -68,6 +68,10 @@ class ModelConfig:
     # score task: activation on the classifier's logits, and how an over-long pair is cut
     score_activation: str = "sigmoid"
     pair_truncation: str = "longest_first"
+    # score task of an LLM reranker: (query, document) -> one text by str.format(instruction=, query=,
+    # document=); the text after {document} is kept when an over-long input is cut. None: a tokenizer pair.
+    pair_template: str | None = None
+    pair_instruction: str | None = None  # the {instruction} unless a request names its own
 
     @property
     def max_position_embeddings(self) -> int:

@@ -56,6 +56,7 @@ class EngineArgs:
     normalize: bool | None = None  # override the model's default normalization
     score_activation: str | None = None  # cross-encoders: sigmoid, softmax, tanh, identity (default: model's)
     pair_truncation: str = "longest_first"  # cross-encoders: longest_first or only_second (keep the query)
+    score_instruction: str | None = None  # LLM rerankers (Qwen3-Reranker): the pair template's {instruction}
 
     @classmethod
     def field_names(cls) -> list[str]:
@@ -73,6 +74,13 @@ class EngineArgs:
         check_model_files(model_path, tokenizer_path)
         st_metadata = read_st_metadata(model_path)
         task = self._resolve_task(model_cls.supported_tasks, architecture)
+        hf_config = _reranker_config(hf_config, model_cls, task, tokenizer_path)
+        pair_template = getattr(model_cls, "pair_template", None) if task == "score" else None
+        if self.score_instruction is not None and pair_template is None:
+            raise ValueError(
+                f"score_instruction applies to LLM rerankers served with task 'score'; {architecture} "
+                f"(task {task!r}) has no instruction template"
+            )
         # 2. the platform decides dtype defaults
         platform = get_platform(self.device)
         dtype = platform.default_dtype(hf_config) if self.dtype == "auto" else self.dtype
@@ -112,6 +120,8 @@ class EngineArgs:
                 score_activation=self.score_activation
                 or _default_score_activation(hf_config, st_metadata.activation_fn),
                 pair_truncation=self.pair_truncation,
+                pair_template=pair_template,
+                pair_instruction=self.score_instruction or getattr(model_cls, "default_instruction", None),
             ),
             scheduler_config=SchedulerConfig(
                 max_num_batched_tokens=max_num_batched_tokens,
@@ -184,6 +194,27 @@ def _default_pooling(model_cls: type) -> PoolingConfig:
     if default is None:
         return PoolingConfig(method="cls", normalize=True)
     return dataclasses.replace(default)
+
+
+def _reranker_config(
+    hf_config: dict[str, Any], model_cls: type, task: str, tokenizer_path: str
+) -> dict[str, Any]:
+    """An LLM reranker (a class with ``score_tokens``, e.g. ("no", "yes"), served with task "score") scores
+    with those tokens' logits: their ids go into the config the model is built from, and it has one label."""
+    tokens: tuple[str, ...] | None = getattr(model_cls, "score_tokens", None)
+    if task != "score" or tokens is None:
+        return hf_config
+    from wde.tokenizer import Tokenizer
+
+    vocabulary = Tokenizer.from_pretrained(tokenizer_path, max_length=1).backend
+    ids = [vocabulary.token_to_id(token) for token in tokens]
+    if None in ids:
+        raise ValueError(
+            f"the tokenizer in {tokenizer_path} has no token for one of {list(tokens)}, whose logits this "
+            "reranker reads; is it the model's own tokenizer?"
+        )
+    config = {key: value for key, value in hf_config.items() if key not in ("id2label", "label2id")}
+    return {**config, "num_labels": 1, "score_token_ids": ids}
 
 
 def _read_hf_config(model_path: str) -> dict[str, Any]:

@@ -38,6 +38,7 @@ class PoolingParams:
     truncate: bool | None = None
     prompt_name: str | None = None
     raw_scores: bool = False  # score task: return logits instead of activated scores
+    instruction: str | None = None  # score task of an LLM reranker: its template's {instruction}
 
     def verify(self, model_config: ModelConfig) -> None:
         if self.dimensions is not None:
@@ -64,6 +65,14 @@ class PoolingParams:
             raise ValueError(
                 f"{model_config.architecture} is a cross-encoder (task 'score'): it returns scores, "
                 "so normalize and dimensions do not apply"
+            )
+        if self.instruction is not None and not isinstance(self.instruction, str):
+            raise TypeError(f"instruction must be a str, got {type(self.instruction).__name__}")
+        takes_instruction = model_config.task == "score" and model_config.pair_template is not None
+        if self.instruction is not None and not takes_instruction:
+            raise ValueError(
+                f"{model_config.architecture} does not take an instruction (only an LLM reranker served with "
+                "task 'score' formats pairs with one)"
             )
         if model_config.task == "embed" and self.raw_scores:
             raise ValueError(

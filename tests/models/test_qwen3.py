@@ -228,3 +228,128 @@ def test_bare_folder_pools_the_last_token_normalized(causal_lm_dir: Path) -> Non
         assert max_abs_diff(embeddings(llm.encode(TEXTS)), np.stack(expected)) <= ST_ATOL
     finally:
         llm.engine.shutdown()
+
+
+# ---- Qwen3-Reranker: Qwen3ForCausalLM with task "score" ----------------------------------------------------
+QUERY = "what is a file carver"
+DOCS = [
+    "scalpel is a fast file carver that reads a database of header and footer definitions.",
+    "Clam AntiVirus is an anti-virus toolkit for Unix, integrated with mail servers.",
+    "x",
+    "",
+]
+OTHER_INSTRUCTION = "Given a question, retrieve passages about software tools"
+RERANKER_MAX_LEN = 96  # long documents are cut inside the document, keeping the assistant prompt
+
+
+@pytest.fixture(scope="module", params=[False, True], ids=["lm_head", "tied"])
+def reranker_dir(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Like Qwen3-Reranker: ``Qwen3ForCausalLM`` whose tokenizer appends nothing."""
+    return save_tiny_qwen3(
+        tmp_path_factory.mktemp("tiny-qwen3-reranker"),
+        seed=SEED + 3 + request.param,
+        architecture="Qwen3ForCausalLM",
+        append_eos=False,
+        tie_word_embeddings=request.param,
+    )
+
+
+@torch.inference_mode()
+def model_card_scores(
+    path: Path, query: str, docs: list[str], instruction: str | None = None, max_length: int = 8192
+) -> np.ndarray:
+    """The Qwen3-Reranker model card's computation: prefix + tokenizer(formatted, truncated) + suffix, left
+    padding, softmax over the last position's ("no", "yes") logits."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(str(path), padding_side="left")
+    model = AutoModelForCausalLM.from_pretrained(str(path), attn_implementation="eager").eval()
+    no_id, yes_id = tokenizer.convert_tokens_to_ids("no"), tokenizer.convert_tokens_to_ids("yes")
+    prefix = (
+        "<|im_start|>system\nJudge whether the Document meets the requirements based on the Query and the "
+        'Instruct provided. Note that the answer can only be "yes" or "no".<|im_end|>\n<|im_start|>user\n'
+    )
+    suffix = "<|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n\n"
+    prefix_ids = tokenizer.encode(prefix, add_special_tokens=False)
+    suffix_ids = tokenizer.encode(suffix, add_special_tokens=False)
+    instruction = instruction or "Given a web search query, retrieve relevant passages that answer the query"
+    pairs = [f"<Instruct>: {instruction}\n<Query>: {query}\n<Document>: {doc}" for doc in docs]
+    inputs = tokenizer(
+        pairs,
+        padding=False,
+        truncation="longest_first",
+        return_attention_mask=False,
+        max_length=max_length - len(prefix_ids) - len(suffix_ids),
+    )
+    inputs["input_ids"] = [prefix_ids + ids + suffix_ids for ids in inputs["input_ids"]]
+    inputs = tokenizer.pad(inputs, padding=True, return_tensors="pt", max_length=max_length)
+    logits = model(**inputs).logits[:, -1, [no_id, yes_id]]
+    return torch.nn.functional.log_softmax(logits, dim=1)[:, 1].exp().numpy()
+
+
+def scores(outputs: list[wde.ScoreOutput]) -> np.ndarray:
+    return np.array([float(output.scores[0]) for output in outputs])
+
+
+def test_reranker_equals_model_card(reranker_dir: Path) -> None:
+    llm = wde.LLM(str(reranker_dir), device="cpu", dtype="float32", task="score")
+    try:
+        config = llm.model_config
+        assert config.score_activation == "sigmoid" and config.num_labels == 1
+        expected = model_card_scores(reranker_dir, QUERY, DOCS)
+        assert max_abs_diff(scores(llm.score(QUERY, DOCS)), expected) <= ST_ATOL
+        # raw scores are logit("yes") - logit("no")
+        raw = scores(llm.score(QUERY, DOCS, raw_scores=True))
+        assert max_abs_diff(1 / (1 + np.exp(-raw)), expected) <= ST_ATOL
+    finally:
+        llm.engine.shutdown()
+
+
+def test_reranker_instruction_override(reranker_dir: Path) -> None:
+    default = model_card_scores(reranker_dir, QUERY, DOCS)
+    expected = model_card_scores(reranker_dir, QUERY, DOCS, instruction=OTHER_INSTRUCTION)
+    assert max_abs_diff(default, expected) > 10 * ST_ATOL, "the instruction must matter"
+    llm = wde.LLM(
+        str(reranker_dir), device="cpu", dtype="float32", task="score", score_instruction=OTHER_INSTRUCTION
+    )
+    try:
+        assert max_abs_diff(scores(llm.score(QUERY, DOCS)), expected) <= ST_ATOL
+    finally:
+        llm.engine.shutdown()
+
+
+def test_reranker_request_instruction(reranker_dir: Path) -> None:
+    """PoolingParams.instruction overrides the server's for one request; other models refuse it."""
+    from wde.engine.request_processor import RequestProcessor
+    from wde.inputs import PoolingParams
+    from wde.request import Request
+    from wde.tokenizer import Tokenizer
+
+    config = (
+        EngineArgs(model=str(reranker_dir), device="cpu", task="score").create_engine_config().model_config
+    )
+    PoolingParams(instruction=OTHER_INSTRUCTION).verify(config)
+    tokenizer = Tokenizer.from_pretrained(reranker_dir, config.max_model_len)
+    processor = RequestProcessor(config, tokenizer)
+    requests = [
+        Request(str(i), text_pair=(QUERY, DOCS[0]), params=PoolingParams(instruction=instruction))
+        for i, instruction in enumerate([None, OTHER_INSTRUCTION])
+    ]
+    processor.process(requests)
+    texts = [tokenizer.backend.decode(request.token_ids, skip_special_tokens=False) for request in requests]
+    assert "retrieve relevant passages" in texts[0] and OTHER_INSTRUCTION in texts[1]
+    embed_config = EngineArgs(model=str(reranker_dir), device="cpu").create_engine_config().model_config
+    with pytest.raises(ValueError, match="does not take an instruction"):
+        PoolingParams(instruction=OTHER_INSTRUCTION).verify(embed_config)
+
+
+def test_reranker_truncates_the_document_not_the_prompt(reranker_dir: Path) -> None:
+    long_docs = [" ".join(["the package provides libraries and command line tools"] * 20), DOCS[0]]
+    llm = wde.LLM(
+        str(reranker_dir), device="cpu", dtype="float32", task="score", max_model_len=RERANKER_MAX_LEN
+    )
+    try:
+        expected = model_card_scores(reranker_dir, QUERY, long_docs, max_length=RERANKER_MAX_LEN)
+        assert max_abs_diff(scores(llm.score(QUERY, long_docs)), expected) <= ST_ATOL
+    finally:
+        llm.engine.shutdown()

@@ -83,13 +83,18 @@ def build_qwen3_tokenizer(texts: list[str], append_eos: bool = True) -> PreTrain
 
 
 def save_tiny_qwen3(
-    path: Path, seed: int = SEED, architecture: str = "Qwen3Model", **overrides: object
+    path: Path,
+    seed: int = SEED,
+    architecture: str = "Qwen3Model",
+    append_eos: bool = True,
+    **overrides: object,
 ) -> Path:
-    """A random ``Qwen3Model`` (or ``Qwen3ForCausalLM``) with a freshly trained tokenizer."""
+    """A random ``Qwen3Model`` (or ``Qwen3ForCausalLM``) with a freshly trained tokenizer (appending EOS as
+    Qwen3-Embedding's does, or not, as Qwen3-Reranker's)."""
     import transformers
     from transformers import Qwen3Config
 
-    tokenizer = build_qwen3_tokenizer(training_texts())
+    tokenizer = build_qwen3_tokenizer(training_texts(), append_eos)
     eos_id = tokenizer.convert_tokens_to_ids(EOS)
     config = Qwen3Config(
         vocab_size=len(tokenizer), eos_token_id=eos_id, pad_token_id=eos_id, **qwen3_config(**overrides)

@@ -16,6 +16,7 @@ class RequestProcessor:
     def __init__(self, model_config: ModelConfig, tokenizer: Tokenizer) -> None:
         self.model_config = model_config
         self.tokenizer = tokenizer
+        self._template_tail_ids: list[int] | None = None
 
     def process(self, requests: Sequence[Request]) -> int:
         """Tokenize every untokenized request of ``requests`` in at most one tokenizer call; returns how many
@@ -47,6 +48,8 @@ class RequestProcessor:
             request.token_ids = encoding.token_ids
             request.token_type_ids = encoding.token_type_ids
             request.truncated = encoding.truncated
+            if encoding.truncated and request.text_pair is not None and self.model_config.pair_template:
+                self._restore_template_tail(request)
         return len(to_tokenize)
 
     def _encode_one(self, text: TextInput) -> TokenizedInput | Exception:
@@ -57,11 +60,26 @@ class RequestProcessor:
 
     def _tokenizer_input(self, request: Request) -> TextInput:
         if request.text_pair is not None:
-            return request.text_pair
+            template = self.model_config.pair_template
+            if template is None:
+                return request.text_pair
+            query, document = request.text_pair
+            instruction = request.params.instruction or self.model_config.pair_instruction
+            return template.format(instruction=instruction, query=query, document=document)
         prompt_name = request.params.prompt_name or self.model_config.default_prompt_name
         if prompt_name is None:
             return request.text
         return self.model_config.prompts[prompt_name] + request.text
+
+    def _restore_template_tail(self, request: Request) -> None:
+        """Truncation cut the template's text after {document} (an LLM reranker's assistant prompt): cut the
+        document instead, as the model card does, and end with that text's tokens again."""
+        if self._template_tail_ids is None:
+            tail = self.model_config.pair_template.rsplit("{document}", 1)[-1]  # type: ignore[union-attr]
+            self._template_tail_ids = self.tokenizer.untruncated().encode(tail, add_special_tokens=False).ids
+        tail_ids = self._template_tail_ids
+        request.token_ids = [*request.token_ids[: self.model_config.max_model_len - len(tail_ids)], *tail_ids]
+        request.token_type_ids = [0] * len(request.token_ids)
 
     def _truncate_token_ids(self, request: Request) -> None:
         """Token-id inputs are cut to max_model_len as given (the InputProcessor already refused over-long

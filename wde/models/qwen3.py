@@ -19,6 +19,7 @@ from torch import nn
 from wde.config import PoolingConfig
 from wde.layers.attention.layer import Attention
 from wde.layers.attention.spec import AttentionSpec
+from wde.layers.pooler.methods import PoolingMetadata, last_pool
 from wde.layers.rotary import RotaryEmbedding
 from wde.models.weight_names import WeightTarget, fused_rows, load_weights_by_name, strip_prefix
 
@@ -191,5 +192,58 @@ class Qwen3Model(nn.Module):
         return load_weights_by_name(self, weights, self.weight_target)
 
 
+# Qwen3-Reranker's prompt (model card): system + user turns, then an assistant turn with an empty think block;
+# the answer's first token is "yes" or "no".
+RERANKER_TEMPLATE = (
+    "<|im_start|>system\nJudge whether the Document meets the requirements based on the Query and the "
+    'Instruct provided. Note that the answer can only be "yes" or "no".<|im_end|>\n<|im_start|>user\n'
+    "<Instruct>: {instruction}\n<Query>: {query}\n<Document>: {document}"
+    "<|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n\n"
+)
+RERANKER_INSTRUCTION = "Given a web search query, retrieve relevant passages that answer the query"
+
+
 class Qwen3ForCausalLM(Qwen3Model):
-    """A ``Qwen3ForCausalLM`` checkpoint (``model.`` prefixed, with an ``lm_head``) served as an embedder."""
+    """A ``Qwen3ForCausalLM`` checkpoint (``model.`` prefixed, with an ``lm_head`` or tied embeddings).
+
+    Task "embed" (the default: Qwen3-Embedding) ignores the lm_head. Task "score" (Qwen3-Reranker) formats
+    each (query, document) pair with ``pair_template`` and scores it with the last position's logits of
+    ``score_tokens``: sigmoid(logit("yes") - logit("no")) = softmax over ("no", "yes"), the model card's
+    score. Only those two rows of the lm_head are kept (``score_token_ids``, resolved by EngineArgs).
+    """
+
+    supported_tasks: tuple[str, ...] = ("embed", "score")
+    score_tokens: tuple[str, str] = ("no", "yes")
+    pair_template: str = RERANKER_TEMPLATE
+    default_instruction: str = RERANKER_INSTRUCTION
+
+    def __init__(self, config: dict[str, Any]) -> None:
+        super().__init__(config)
+        self.score_token_ids: list[int] | None = config.get("score_token_ids")
+        if self.score_token_ids is not None:
+            self.score_head = nn.Linear(config["hidden_size"], len(self.score_token_ids), bias=False)
+
+    def compute_logits(self, hidden_states: torch.Tensor, meta: PoolingMetadata) -> torch.Tensor:
+        logits = self.score_head(last_pool(hidden_states, meta))  # [num_seqs, 2]: ("no", "yes")
+        return (logits[:, 1] - logits[:, 0]).unsqueeze(1)  # [num_seqs, 1]; sigmoid -> P("yes")
+
+    def load_weights(self, weights: Iterable[tuple[str, torch.Tensor]]) -> set[str]:
+        return load_weights_by_name(self, self._with_score_rows(weights), self.weight_target)
+
+    def weight_target(self, name: str) -> WeightTarget | None:
+        if name == "score_head.weight":
+            return name, None
+        return super().weight_target(name)
+
+    def _with_score_rows(
+        self, weights: Iterable[tuple[str, torch.Tensor]]
+    ) -> Iterable[tuple[str, torch.Tensor]]:
+        """The lm_head's (or, tied, the embedding's) rows of the score tokens, as ``score_head.weight``."""
+        ids = self.score_token_ids
+        tied = bool(self.config.get("tie_word_embeddings", False))
+        for name, tensor in weights:
+            if ids is not None and (
+                name == "lm_head.weight" or (tied and name.endswith("embed_tokens.weight"))
+            ):
+                yield "score_head.weight", tensor[ids]
+            yield name, tensor
