@@ -137,6 +137,12 @@ class TokenizeRequest(RequestModel):
         return value
 
 
+INSTRUCTION_HELP = (
+    "LLM rerankers (Qwen3-Reranker): the task instruction of the prompt template (default: the server's "
+    "--score-instruction, else the model card's); other models refuse it"
+)
+
+
 class RerankRequest(RequestModel):
     """TEI ``POST /rerank`` with ``texts`` (a body with ``documents`` is a ``CohereRerankRequest``)."""
 
@@ -146,6 +152,7 @@ class RerankRequest(RequestModel):
     truncation_direction: TruncationDirection = "right"
     raw_scores: StrictBool = False
     return_text: StrictBool = False
+    instruction: StrictStr | None = Field(None, description=INSTRUCTION_HELP)
 
 
 PredictInputSchema = (
@@ -322,6 +329,7 @@ class CohereRerankRequest(RequestModel):
     max_tokens_per_doc: PositiveInt | None = None
     # Cohere v1's chunking of long documents: not done (the pair is cut at max_model_len); only null.
     max_chunks_per_doc: None = None
+    instruction: StrictStr | None = Field(None, description=INSTRUCTION_HELP)
 
     @model_validator(mode="after")
     def _documents_have_text(self) -> CohereRerankRequest:

@@ -56,6 +56,7 @@ async def tei_rerank(body: RerankRequest, request: Request) -> ORJSONResponse:
         return_documents=body.return_text,
         raw_scores=body.raw_scores,
         truncate=body.truncate,
+        instruction=body.instruction,
     )
     record_usage(request.state, len(body.texts), num_tokens)
     # 3. TEI's shape: [{"index", "score", "text"?}], best first
@@ -75,7 +76,11 @@ async def cohere_rerank(body: CohereRerankRequest, request: Request, api_version
     state.check_num_inputs(len(body.documents), "documents")
     # 2. the engine
     results, num_tokens = await state.engine.rerank(
-        body.query, body.document_texts(), top_n=body.top_n, max_tokens_per_doc=body.max_tokens_per_doc
+        body.query,
+        body.document_texts(),
+        top_n=body.top_n,
+        max_tokens_per_doc=body.max_tokens_per_doc,
+        instruction=body.instruction,
     )
     record_usage(request.state, len(body.documents), num_tokens)
     # 3. Cohere's shape (with Jina's model / usage alongside)

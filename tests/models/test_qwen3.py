@@ -353,3 +353,41 @@ def test_reranker_truncates_the_document_not_the_prompt(reranker_dir: Path) -> N
         assert max_abs_diff(scores(llm.score(QUERY, long_docs)), expected) <= ST_ATOL
     finally:
         llm.engine.shutdown()
+
+
+def test_reranker_instruction_per_call_and_over_http(reranker_dir: Path) -> None:
+    """``LLM.rerank(..., instruction=)`` and the rerank routes' ``instruction`` field equal the model card
+    with that instruction; the server's default stays the model card's."""
+    import httpx
+
+    from server.settings import ServerSettings
+    from tests.server.conftest import live_uvicorn
+    from wde.engine.async_llm_engine import AsyncLLMEngine
+
+    expected = model_card_scores(reranker_dir, QUERY, DOCS, instruction=OTHER_INSTRUCTION)
+    llm = wde.LLM(str(reranker_dir), device="cpu", dtype="float32", task="score")
+    try:
+        ranked = llm.rerank(QUERY, DOCS, instruction=OTHER_INSTRUCTION)
+        assert max_abs_diff([r.score for r in sorted(ranked, key=lambda r: r.index)], expected) <= ST_ATOL
+    finally:
+        llm.engine.shutdown()
+    engine = AsyncLLMEngine(EngineArgs(model=str(reranker_dir), device="cpu", dtype="float32", task="score"))
+    engine.start()
+    engine.wait_until_ready(timeout=120)
+    try:
+        with live_uvicorn(engine, ServerSettings()) as server:
+            body = {"query": QUERY, "documents": DOCS, "instruction": OTHER_INSTRUCTION}
+            results = httpx.post(f"{server.url}/v1/rerank", json=body, timeout=60).json()["results"]
+            tei = httpx.post(
+                f"{server.url}/rerank",
+                json={"query": QUERY, "texts": DOCS, "instruction": OTHER_INSTRUCTION},
+                timeout=60,
+            ).json()
+    finally:
+        engine.shutdown(timeout=60)
+    got = {r["index"]: r["relevance_score"] for r in results}
+    assert max_abs_diff([got[i] for i in range(len(DOCS))], expected) <= ST_ATOL
+    assert (
+        max_abs_diff([{r["index"]: r["score"] for r in tei}[i] for i in range(len(DOCS))], expected)
+        <= ST_ATOL
+    )

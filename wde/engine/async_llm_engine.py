@@ -145,16 +145,18 @@ class AsyncLLMEngine:
         *,
         truncate: bool | None = None,
         raw_scores: bool = False,
+        instruction: str | None = None,
     ) -> list[ScoreOutput]:
         """Scores of (text_1, text_2) pairs (1:N or N:N, as ``LLM.score``): a cross-encoder's classifier, or
         the cosine similarity of an embedding model's embeddings (each distinct text embedded once)."""
         pairs = make_pairs(text_1, text_2)
         model_config = self.info.model_config
+        params = PoolingParams(truncate=truncate, raw_scores=raw_scores, instruction=instruction)
         if model_config.task == "score":
-            outputs = await self._submit(pairs, PoolingParams(truncate=truncate, raw_scores=raw_scores))
+            outputs = await self._submit(pairs, params)
             raise_for_errors(outputs)
             return outputs  # type: ignore[return-value]
-        PoolingParams(truncate=truncate, raw_scores=raw_scores).verify(model_config)
+        params.verify(model_config)
         plan = CosinePlan.from_pairs(pairs)
         embeddings = await self.encode(plan.texts, PoolingParams(normalize=True, truncate=truncate))
         return plan.scores(embeddings, [str(index) for index in range(len(pairs))])
@@ -169,6 +171,7 @@ class AsyncLLMEngine:
         raw_scores: bool = False,
         truncate: bool | None = None,
         max_tokens_per_doc: int | None = None,
+        instruction: str | None = None,
     ) -> tuple[list[RerankResult], int]:
         """(documents sorted by relevance to ``query``, highest first, with their original ``index``;
         tokens processed). ``max_tokens_per_doc`` cuts each document to that many tokens first."""
@@ -182,7 +185,9 @@ class AsyncLLMEngine:
                 max_tokens_per_doc,
                 info.model_config.max_model_len,
             )
-        scores = await self.score(query, texts, truncate=truncate, raw_scores=raw_scores)
+        scores = await self.score(
+            query, texts, truncate=truncate, raw_scores=raw_scores, instruction=instruction
+        )
         return rank(scores, documents, top_n, return_documents), sum(score.num_tokens for score in scores)
 
     async def classify(

@@ -73,6 +73,7 @@ class LLM:
         *,
         truncate: bool | None = None,
         raw_scores: bool = False,
+        instruction: str | None = None,
         batch_size: int | None = None,
         show_progress: bool = False,
     ) -> list[ScoreOutput]:
@@ -80,13 +81,14 @@ class LLM:
 
         A cross-encoder returns its classifier's scores after the model's activation (sigmoid for one label,
         like sentence-transformers' CrossEncoder) or the logits with ``raw_scores=True``; an embedding model
-        returns the cosine similarity of the two texts' embeddings.
+        returns the cosine similarity of the two texts' embeddings. An LLM reranker (Qwen3-Reranker) formats
+        each pair with its prompt template; ``instruction`` replaces the template's instruction.
         """
         pairs = make_pairs(text_1, text_2)
+        params = PoolingParams(truncate=truncate, raw_scores=raw_scores, instruction=instruction)
         if self.engine.model_config.task == "score":
-            params = PoolingParams(truncate=truncate, raw_scores=raw_scores)
             return self._run(pairs, params, batch_size, show_progress)  # type: ignore[return-value]
-        PoolingParams(truncate=truncate, raw_scores=raw_scores).verify(self.engine.model_config)
+        params.verify(self.engine.model_config)
         plan = CosinePlan.from_pairs(pairs)
         embeddings = self.encode(
             plan.texts, normalize=True, truncate=truncate, batch_size=batch_size, show_progress=show_progress
@@ -102,11 +104,19 @@ class LLM:
         return_documents: bool = False,
         raw_scores: bool = False,
         truncate: bool | None = None,
+        instruction: str | None = None,
         batch_size: int | None = None,
     ) -> list[RerankResult]:
         """Documents sorted by relevance to ``query`` (highest first), each with its original ``index``."""
         texts = rerank_documents(query, documents, top_n, self.engine.model_config)
-        scores = self.score(query, texts, truncate=truncate, raw_scores=raw_scores, batch_size=batch_size)
+        scores = self.score(
+            query,
+            texts,
+            truncate=truncate,
+            raw_scores=raw_scores,
+            instruction=instruction,
+            batch_size=batch_size,
+        )
         return rank(scores, documents, top_n, return_documents)
 
     def _run(
