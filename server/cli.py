@@ -60,8 +60,8 @@ ENGINE_HELP = {
     "score_activation": "cross-encoders: the activation of the scores (default: the model's)",
     "pair_truncation": "cross-encoders: longest_first, or only_second to keep the query whole",
     "compile_model": "torch.compile each layer's MLP block: slower start-up, faster batches",
-    "score_instruction": "LLM rerankers (Qwen3-Reranker): the instruction of the prompt template for every request "
-    "that names none",
+    "score_instruction": "LLM rerankers (Qwen3-Reranker): the prompt template's instruction for requests "
+    "that name none",
 }
 ENGINE_CHOICES: dict[str, Sequence[str]] = {
     "task": TASKS,
