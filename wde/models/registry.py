@@ -5,6 +5,7 @@ from __future__ import annotations
 from torch import nn
 
 from wde.models.bert import BertForSequenceClassification, BertModel
+from wde.models.deberta_v2 import DebertaV2ForSequenceClassification, DebertaV2Model
 from wde.models.distilbert import DistilBertForSequenceClassification, DistilBertModel
 from wde.models.gemma3 import Gemma3TextModel
 from wde.models.modernbert import ModernBertForSequenceClassification, ModernBertModel
@@ -28,6 +29,8 @@ MODEL_REGISTRY: dict[str, type[nn.Module]] = {
     "Qwen3Model": Qwen3Model,
     "Qwen3ForCausalLM": Qwen3ForCausalLM,
     "Gemma3TextModel": Gemma3TextModel,
+    "DebertaV2Model": DebertaV2Model,
+    "DebertaV2ForSequenceClassification": DebertaV2ForSequenceClassification,
 }
 
 
