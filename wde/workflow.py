@@ -36,11 +36,3 @@ SCORE = Workflow(
     scheduler=Scheduler,
     output_processor=ScoreOutputProcessor,
 )
-
-WORKFLOWS: dict[str, Workflow] = {"embed": EMBED, "score": SCORE}
-
-
-def get_workflow(task: str) -> Workflow:
-    if task not in WORKFLOWS:
-        raise ValueError(f"no workflow for task {task!r}; known: {sorted(WORKFLOWS)}")
-    return WORKFLOWS[task]

@@ -159,8 +159,15 @@ def test_multi_label_returns_all_logits(bert_ce3_dir: Path) -> None:
 
 def test_task_mismatch_errors_name_the_supported_tasks(bert_ce_dir: Path, default_llm: wde.LLM) -> None:
     llm = wde.LLM(str(bert_ce_dir))
-    with pytest.raises(ValueError, match=r"supports task 'score' \(LLM.score, LLM.rerank\), not 'embed'"):
+    with pytest.raises(
+        ValueError, match=r"serves task 'score', not 'encode': it scores .*\(LLM.score, LLM.rerank"
+    ):
         llm.encode("hello")
+    with pytest.raises(ValueError, match=r"serves task 'embed', not 'classify'"):
+        default_llm.classify("hello")
+    # a cross-encoder classifies single texts and pairs with its head
+    classified = llm.classify(["hello", ("a query", "a document")], raw_scores=True)
+    assert len(classified) == 2 and classified[1].scores.shape == (1,)
     with pytest.raises(ValueError, match=r"embedding model.*raw_scores needs a cross-encoder"):
         default_llm.score("a", "b", raw_scores=True)
     with pytest.raises(ValueError, match="task 'embed' is not supported by BertForSequenceClassification"):

@@ -9,8 +9,8 @@
 The ``LLMEngine`` lives on an ``EngineThread`` and is touched by nothing else; this class only sends it
 commands and awaits the answers. A cancelled ``encode`` (client gone) aborts its requests.
 
-To serve another task, add a coroutine next to ``encode`` that checks the task, calls ``_submit`` with
-the task's prompts and params, and raises for errors with ``raise_for_errors``.
+Each task operation is a plan in ``wde/engine/tasks.py`` (shared with ``LLM``); a coroutine here only
+builds the plan and ``_drive``s it.
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ import itertools
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from wde.engine import tasks
 from wde.engine.engine_thread import (
     Call,
     EngineCounts,
@@ -31,22 +32,12 @@ from wde.engine.engine_thread import (
 )
 from wde.engine.errors import raise_for_errors
 from wde.engine.llm_engine import LLMEngine
-from wde.engine.scoring import CosinePlan, cap_document_tokens, make_pairs, rank, rerank_documents
+from wde.engine.tasks import TaskNotSupportedError
 from wde.engine_args import EngineArgs
 from wde.inputs import PoolingParams, PromptType, TextPair
 from wde.outputs import EmbeddingOutput, RequestOutput, RerankResult, ScoreOutput
 
-# What a caller can do with a model of each task (HTTP routes first: most callers are HTTP clients).
-TASK_HINTS = {
-    "embed": "it embeds (POST /embed, /v1/embeddings) and scores by cosine similarity (POST /rerank, "
-    "/v1/rerank); load a cross-encoder to classify pairs",
-    "score": "it scores texts and pairs (POST /rerank, /v1/rerank, /predict); load an embedding model for "
-    "embeddings",
-}
-
-
-class TaskNotSupportedError(ValueError):
-    """The loaded model does not serve the task asked for (e.g. embeddings from a cross-encoder)."""
+__all__ = ["AsyncLLMEngine", "TaskNotSupportedError"]
 
 
 class AsyncLLMEngine:
@@ -126,17 +117,14 @@ class AsyncLLMEngine:
     def remove_stats_listener(self, listener: StatsListener) -> None:
         self._thread.listeners = tuple(item for item in self._thread.listeners if item is not listener)
 
-    # ---- tasks --------------------------------------------------------------------------------------
+    # ---- tasks: the plans of wde/engine/tasks.py, driven with awaits --------------------------------
     async def encode(
         self, prompts: PromptType | Sequence[PromptType], params: PoolingParams | None = None
     ) -> list[EmbeddingOutput]:
         """One embedding per prompt, in order. Raises the InputProcessor's ``TypeError`` / ``ValueError``
         for bad input, ``InputTooLongError`` for an over-long input with truncation off,
         ``EngineUnavailableError`` while loading or shutting down."""
-        self._check_task("embed")
-        outputs = await self._submit(_as_list(prompts), params or PoolingParams())
-        raise_for_errors(outputs)
-        return outputs  # type: ignore[return-value]
+        return await self._drive(tasks.encode(self.info.model_config, prompts, params or PoolingParams()))
 
     async def score(
         self,
@@ -149,17 +137,8 @@ class AsyncLLMEngine:
     ) -> list[ScoreOutput]:
         """Scores of (text_1, text_2) pairs (1:N or N:N, as ``LLM.score``): a cross-encoder's classifier, or
         the cosine similarity of an embedding model's embeddings (each distinct text embedded once)."""
-        pairs = make_pairs(text_1, text_2)
-        model_config = self.info.model_config
         params = PoolingParams(truncate=truncate, raw_scores=raw_scores, instruction=instruction)
-        if model_config.task == "score":
-            outputs = await self._submit(pairs, params)
-            raise_for_errors(outputs)
-            return outputs  # type: ignore[return-value]
-        params.verify(model_config)
-        plan = CosinePlan.from_pairs(pairs)
-        embeddings = await self.encode(plan.texts, PoolingParams(normalize=True, truncate=truncate))
-        return plan.scores(embeddings, [str(index) for index in range(len(pairs))])
+        return await self._drive(tasks.score(self.info.model_config, text_1, text_2, params))
 
     async def rerank(
         self,
@@ -176,38 +155,39 @@ class AsyncLLMEngine:
         """(documents sorted by relevance to ``query``, highest first, with their original ``index``;
         tokens processed). ``max_tokens_per_doc`` cuts each document to that many tokens first."""
         info = self.info
-        texts = rerank_documents(query, documents, top_n, info.model_config)
-        if max_tokens_per_doc is not None:  # a tokenizer pass over every document: off the event loop
-            texts = await asyncio.to_thread(
-                cap_document_tokens,
-                info.tokenizer,
-                texts,
-                max_tokens_per_doc,
-                info.model_config.max_model_len,
-            )
-        scores = await self.score(
-            query, texts, truncate=truncate, raw_scores=raw_scores, instruction=instruction
+        params = PoolingParams(truncate=truncate, raw_scores=raw_scores, instruction=instruction)
+        plan = tasks.rerank(
+            info.model_config,
+            info.tokenizer,
+            query,
+            documents,
+            params,
+            top_n,
+            return_documents,
+            max_tokens_per_doc,
         )
-        return rank(scores, documents, top_n, return_documents), sum(score.num_tokens for score in scores)
+        return await self._drive(plan)
 
     async def classify(
         self, inputs: Sequence[str | TextPair], *, truncate: bool | None = None, raw_scores: bool = False
     ) -> list[ScoreOutput]:
         """A classifier's scores (every label) of single texts or (text_1, text_2) pairs, in order."""
-        self._check_task("score")
-        outputs = await self._submit(
-            _as_list(inputs), PoolingParams(truncate=truncate, raw_scores=raw_scores)
-        )
-        raise_for_errors(outputs)
-        return outputs  # type: ignore[return-value]
+        params = PoolingParams(truncate=truncate, raw_scores=raw_scores)
+        return await self._drive(tasks.classify(self.info.model_config, inputs, params))
 
-    def _check_task(self, task: str) -> None:
-        model_config = self.info.model_config
-        if model_config.task != task:
-            raise TaskNotSupportedError(
-                f"this model ({model_config.architecture}) serves task {model_config.task!r}, not {task!r}: "
-                f"{TASK_HINTS[model_config.task]}"
-            )
+    async def _drive(self, plan: tasks.Plan) -> Any:
+        """Run a plan: its submissions through the engine thread, its offloads on a worker thread."""
+        try:
+            step = next(plan)
+            while True:
+                if isinstance(step, tasks.Submit):
+                    outputs = await self._submit(step.prompts, step.params)
+                    raise_for_errors(outputs)
+                    step = plan.send(outputs)
+                else:
+                    step = plan.send(await asyncio.to_thread(step.function, *step.args))
+        except StopIteration as done:
+            return done.value
 
     async def _submit(self, prompts: Sequence[Any], params: Any) -> list[RequestOutput]:
         """Queue one engine request per prompt and wait for all of them; cancelling aborts them."""
@@ -221,13 +201,3 @@ class AsyncLLMEngine:
         except asyncio.CancelledError:
             self._thread.abort(request_ids)
             raise
-
-
-def _as_list(prompts: Any) -> list[Any]:
-    if isinstance(prompts, (str, dict)):
-        return [prompts]
-    if not isinstance(prompts, Sequence):
-        raise TypeError(f"prompts must be a str or a list of str, got {type(prompts).__name__}")
-    if len(prompts) == 0:
-        raise ValueError("inputs is empty; pass at least one input")
-    return list(prompts)

@@ -9,9 +9,8 @@ from typing import Any
 
 from tqdm.auto import tqdm
 
-from wde.engine.errors import raise_for_errors
+from wde.engine import tasks
 from wde.engine.llm_engine import LLMEngine
-from wde.engine.scoring import CosinePlan, make_pairs, rank, rerank_documents
 from wde.engine_args import EngineArgs
 from wde.inputs import PoolingParams, PromptType, TextPair
 from wde.outputs import EmbeddingOutput, RequestOutput, RerankResult, ScoreOutput
@@ -54,17 +53,8 @@ class LLM:
         before anything runs, and ``ValueError`` naming the input when one could not run (too long with
         ``truncate=False``); the engine stays usable either way.
         """
-        model_config = self.engine.model_config
-        if model_config.task != "embed":
-            raise ValueError(
-                f"{model_config.architecture} is a cross-encoder: it supports task 'score' "
-                "(LLM.score, LLM.rerank), not 'embed'; load an embedding model for encode()"
-            )
-        prompts = [texts] if isinstance(texts, (str, dict)) else texts
-        if not isinstance(prompts, Sequence):
-            raise TypeError(f"texts must be a str or a list of str, got {type(texts).__name__}")
         params = PoolingParams(normalize, dimensions, truncate, prompt_name)
-        return self._run(prompts, params, batch_size, show_progress)  # type: ignore[return-value]
+        return self._drive(tasks.encode(self.model_config, texts, params), batch_size, show_progress)
 
     def score(
         self,
@@ -84,16 +74,9 @@ class LLM:
         returns the cosine similarity of the two texts' embeddings. An LLM reranker (Qwen3-Reranker) formats
         each pair with its prompt template; ``instruction`` replaces the template's instruction.
         """
-        pairs = make_pairs(text_1, text_2)
         params = PoolingParams(truncate=truncate, raw_scores=raw_scores, instruction=instruction)
-        if self.engine.model_config.task == "score":
-            return self._run(pairs, params, batch_size, show_progress)  # type: ignore[return-value]
-        params.verify(self.engine.model_config)
-        plan = CosinePlan.from_pairs(pairs)
-        embeddings = self.encode(
-            plan.texts, normalize=True, truncate=truncate, batch_size=batch_size, show_progress=show_progress
-        )
-        return plan.scores(embeddings, [str(next(self._request_counter)) for _ in pairs])
+        plan = tasks.score(self.model_config, text_1, text_2, params)
+        return self._drive(plan, batch_size, show_progress)
 
     def rerank(
         self,
@@ -105,19 +88,43 @@ class LLM:
         raw_scores: bool = False,
         truncate: bool | None = None,
         instruction: str | None = None,
+        max_tokens_per_doc: int | None = None,
         batch_size: int | None = None,
     ) -> list[RerankResult]:
-        """Documents sorted by relevance to ``query`` (highest first), each with its original ``index``."""
-        texts = rerank_documents(query, documents, top_n, self.engine.model_config)
-        scores = self.score(
+        """Documents sorted by relevance to ``query`` (highest first), each with its original ``index``;
+        ``max_tokens_per_doc`` cuts each document to that many tokens first (Cohere's cap)."""
+        params = PoolingParams(truncate=truncate, raw_scores=raw_scores, instruction=instruction)
+        plan = tasks.rerank(
+            self.model_config,
+            self.engine.tokenizer.untruncated(),
             query,
-            texts,
-            truncate=truncate,
-            raw_scores=raw_scores,
-            instruction=instruction,
-            batch_size=batch_size,
+            documents,
+            params,
+            top_n,
+            return_documents,
+            max_tokens_per_doc,
         )
-        return rank(scores, documents, top_n, return_documents)
+        results, _ = self._drive(plan, batch_size, show_progress=False)
+        return results
+
+    def classify(
+        self,
+        inputs: str | TextPair | Sequence[str | TextPair],
+        *,
+        truncate: bool | None = None,
+        raw_scores: bool = False,
+        batch_size: int | None = None,
+    ) -> list[ScoreOutput]:
+        """A classifier's scores (every label, after the model's activation unless ``raw_scores``) of single
+        texts or (text_1, text_2) pairs, in order."""
+        prompts = [inputs] if isinstance(inputs, (str, tuple)) else inputs
+        params = PoolingParams(truncate=truncate, raw_scores=raw_scores)
+        return self._drive(tasks.classify(self.model_config, prompts, params), batch_size, False)
+
+    def _drive(self, plan: tasks.Plan, batch_size: int | None, show_progress: bool) -> Any:
+        return tasks.run_plan(
+            plan, lambda prompts, params: self._run(prompts, params, batch_size, show_progress)
+        )
 
     def _run(
         self,
@@ -148,7 +155,6 @@ class LLM:
                     self.engine.abort_request(request_id)
                 raise
         self.engine.on_idle()
-        raise_for_errors(results)
         return results  # type: ignore[return-value]
 
     @contextmanager

@@ -1,0 +1,166 @@
+"""The task table, and each task operation written once for both front doors.
+
+A task (embed, score) is one ``Task`` entry: its workflow (the engine's stage classes), the operations a
+model of that task serves, and what to tell a caller who asks for another. The operations (``encode``,
+``score``, ``rerank``, ``classify``) are plans: generators that yield ``Submit`` (run these prompts with
+these params) or ``Offload`` (a blocking helper call) and receive the results. ``LLM`` drives a plan
+inline; ``AsyncLLMEngine`` drives the same plan with awaits (``Offload`` on a worker thread). So the task
+logic (pairing rules, cosine scoring with an embedding model, ranking, token caps) exists once.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Generator, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from wde.config import ModelConfig
+from wde.engine.errors import raise_for_errors
+from wde.engine.scoring import CosinePlan, cap_document_tokens, make_pairs, rank, rerank_documents
+from wde.inputs import PoolingParams, PromptType, TextPair
+from wde.outputs import EmbeddingOutput, RequestOutput, RerankResult, ScoreOutput
+from wde.workflow import EMBED, SCORE, Workflow
+
+
+class TaskNotSupportedError(ValueError):
+    """The loaded model does not serve the operation asked for (e.g. embeddings from a cross-encoder)."""
+
+
+@dataclass(frozen=True)
+class Task:
+    name: str
+    workflow: Workflow
+    operations: tuple[str, ...]  # what a model of this task serves
+    hint: str  # said to a caller who asks for another operation
+
+
+TASKS: dict[str, Task] = {
+    "embed": Task(
+        "embed",
+        EMBED,
+        ("encode", "score", "rerank"),
+        "it embeds (LLM.encode; POST /embed, /v1/embeddings) and scores by cosine similarity (LLM.score, "
+        "LLM.rerank; POST /rerank, /v1/rerank); load a cross-encoder to classify pairs",
+    ),
+    "score": Task(
+        "score",
+        SCORE,
+        ("score", "rerank", "classify"),
+        "it scores texts and pairs (LLM.score, LLM.rerank; POST /rerank, /v1/rerank, /predict); load an "
+        "embedding model for embeddings",
+    ),
+}
+
+
+def get_task(name: str) -> Task:
+    if name not in TASKS:
+        raise ValueError(f"no task {name!r}; known: {sorted(TASKS)}")
+    return TASKS[name]
+
+
+def check_operation(model_config: ModelConfig, operation: str) -> None:
+    task = get_task(model_config.task)
+    if operation not in task.operations:
+        raise TaskNotSupportedError(
+            f"this model ({model_config.architecture}) serves task {task.name!r}, "
+            f"not {operation!r}: {task.hint}"
+        )
+
+
+# ---- the steps a plan yields ----------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Submit:
+    """Run one engine request per prompt; the plan receives the outputs in order (errors raised)."""
+
+    prompts: Sequence[Any]
+    params: PoolingParams
+
+
+@dataclass(frozen=True)
+class Offload:
+    """A blocking helper (a tokenizer pass over many texts): the async door runs it off the event loop."""
+
+    function: Callable[..., Any]
+    args: tuple[Any, ...]
+
+
+Plan = Generator[Submit | Offload, Any, Any]
+
+
+# ---- the operations -------------------------------------------------------------------------------------
+def encode(model_config: ModelConfig, prompts: Any, params: PoolingParams) -> Plan:
+    """One embedding per prompt, in order."""
+    check_operation(model_config, "encode")
+    outputs: list[EmbeddingOutput] = yield Submit(as_prompt_list(prompts), params)
+    return outputs
+
+
+def score(model_config: ModelConfig, text_1: Any, text_2: Any, params: PoolingParams) -> Plan:
+    """Scores of (text_1, text_2) pairs, 1:N or N:N: a cross-encoder's classifier, or the cosine similarity
+    of an embedding model's embeddings (each distinct text embedded once)."""
+    check_operation(model_config, "score")
+    pairs = make_pairs(text_1, text_2)
+    if model_config.task == "score":
+        outputs: list[ScoreOutput] = yield Submit(pairs, params)
+        return outputs
+    params.verify(model_config)
+    plan = CosinePlan.from_pairs(pairs)
+    embeddings = yield Submit(plan.texts, PoolingParams(normalize=True, truncate=params.truncate))
+    return plan.scores(embeddings, [str(index) for index in range(len(pairs))])
+
+
+def rerank(
+    model_config: ModelConfig,
+    tokenizer: Any,
+    query: str,
+    documents: Sequence[str],
+    params: PoolingParams,
+    top_n: int | None = None,
+    return_documents: bool = False,
+    max_tokens_per_doc: int | None = None,
+) -> Plan:
+    """(documents sorted by relevance to ``query``, highest first, with their original index; tokens
+    processed). ``max_tokens_per_doc`` cuts each document to that many tokens first (``tokenizer``: an
+    untruncated tokenizer, needed only then)."""
+    check_operation(model_config, "rerank")
+    texts = rerank_documents(query, documents, top_n, model_config)
+    if max_tokens_per_doc is not None:
+        args = (tokenizer, texts, max_tokens_per_doc, model_config.max_model_len)
+        texts = yield Offload(cap_document_tokens, args)
+    scores: list[ScoreOutput] = yield from score(model_config, query, texts, params)
+    ranked: list[RerankResult] = rank(scores, documents, top_n, return_documents)
+    return ranked, sum(output.num_tokens for output in scores)
+
+
+def classify(model_config: ModelConfig, inputs: Sequence[str | TextPair], params: PoolingParams) -> Plan:
+    """A classifier's scores (every label) of single texts or (text_1, text_2) pairs, in order."""
+    check_operation(model_config, "classify")
+    outputs: list[ScoreOutput] = yield Submit(as_prompt_list(inputs), params)
+    return outputs
+
+
+def as_prompt_list(prompts: Any) -> list[PromptType | TextPair]:
+    if isinstance(prompts, (str, dict)):
+        return [prompts]
+    if not isinstance(prompts, Sequence):
+        kind = type(prompts).__name__
+        raise TypeError(f"texts must be a str or a list of str (or of prompt dicts), got {kind}")
+    if len(prompts) == 0:
+        raise ValueError("inputs is empty; pass at least one input")
+    return list(prompts)
+
+
+# ---- the sync driver ------------------------------------------------------------------------------------
+def run_plan(plan: Plan, submit: Callable[[Sequence[Any], PoolingParams], list[RequestOutput]]) -> Any:
+    """Drive a plan inline (``LLM``): ``submit`` runs the prompts to completion."""
+    try:
+        step = next(plan)
+        while True:
+            if isinstance(step, Submit):
+                outputs = submit(step.prompts, step.params)
+                raise_for_errors(outputs)
+                step = plan.send(outputs)
+            else:
+                step = plan.send(step.function(*step.args))
+    except StopIteration as done:
+        return done.value
