@@ -28,7 +28,8 @@ class InputProcessor:
     def __init__(self, model_config: ModelConfig, max_input_chars: int = MAX_INPUT_CHARS) -> None:
         self.model_config = model_config
         self.max_input_chars = max_input_chars
-        self.type_vocab_size = int(model_config.hf_config.get("type_vocab_size", 1))
+        # 0 (DeBERTa-v3: no token-type table) takes segment 0 only, like 1
+        self.type_vocab_size = max(1, int(model_config.hf_config.get("type_vocab_size", 1)))
 
     # 1. public entry ---------------------------------------------------------------------------
     def process(

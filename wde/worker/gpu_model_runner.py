@@ -40,6 +40,12 @@ class GPUModelRunner(ModelRunnerBase):
         device_config = self.engine_config.device_config
         if device_config.cuda_graph_mode == "none":
             return
+        if not getattr(self.model, "supports_cuda_graphs", True):
+            logger.info(
+                "cuda graphs off: %s lays its batch out from host-side lengths; running eagerly",
+                self.model_config.architecture,
+            )
+            return
         if not self.attn_backend_cls.supports_cuda_graphs:
             logger.info(
                 "cuda graphs off: attention backend %s builds per-batch metadata on the host "

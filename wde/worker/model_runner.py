@@ -16,9 +16,7 @@ from wde.layers.attention.backend import AttentionBackend
 from wde.layers.attention.selector import select_attention_backend
 from wde.layers.attention.spec import AttentionSpec
 from wde.layers.forward_context import set_forward_context
-from wde.layers.pooler.dense_head import DenseStack
-from wde.layers.pooler.embedding_pooler import EmbeddingPooler
-from wde.layers.pooler.score_pooler import ScorePooler
+from wde.layers.pooler.poolers import POOLERS, Pooler
 from wde.models.loader import load_model
 from wde.platforms import Platform, get_platform
 from wde.request import Request
@@ -48,7 +46,7 @@ class ModelRunnerBase:
         self.attn_backend_cls: type[AttentionBackend] | None = None
         self.skipped_backends: dict[str, str] = {}
         self.model: torch.nn.Module | None = None
-        self.pooler: EmbeddingPooler | ScorePooler | None = None
+        self.pooler: Pooler | None = None
         self.weight_bytes = 0
         self.memory_profile: MemoryProfile | None = None
         # CUDA graphs (set by capture_model on devices that have them)
@@ -139,12 +137,8 @@ class ModelRunnerBase:
         self.profile_run()
         self.capture_model()
 
-    def _make_pooler(self) -> EmbeddingPooler | ScorePooler:
-        if self.model_config.task == "score":
-            return ScorePooler(self.model, self.model_config.score_activation)
-        dense_layers = self.model_config.dense_layers
-        dense = DenseStack.load(dense_layers, self.device, self.dtype) if dense_layers else None
-        return EmbeddingPooler(self.model_config.pooling, dense)
+    def _make_pooler(self) -> Pooler:
+        return POOLERS[self.model_config.task](self.model, self.model_config, self.device, self.dtype)
 
     def prepare_inputs(self, requests: list[Request]) -> InputBatch:
         return InputBatch.build(requests, self.attn_backend_cls, self.device)
