@@ -52,6 +52,7 @@ class LLMEngine:
     @classmethod
     def from_engine_args(cls, engine_args: Any) -> LLMEngine:
         from wde.platforms import get_platform
+        from wde.worker.runners import model_runner_cls
 
         engine_config = engine_args.create_engine_config()
         model_config = engine_config.model_config
@@ -59,7 +60,7 @@ class LLMEngine:
         tokenizer = Tokenizer.from_pretrained(
             model_config.tokenizer, model_config.max_model_len, model_config.pair_truncation
         )
-        runner = platform.model_runner_cls()(engine_config, platform)
+        runner = model_runner_cls(platform.device_type)(engine_config, platform)
         runner.initialize()
         logger.info(
             "engine ready: task=%s dtype=%s backend=%s max_model_len=%d max_num_batched_tokens=%d "

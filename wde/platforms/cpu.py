@@ -1,12 +1,9 @@
 from __future__ import annotations
 
 import os
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from wde.platforms.interface import Platform
-
-if TYPE_CHECKING:
-    from wde.worker.model_runner import ModelRunnerBase
 
 
 class CpuPlatform(Platform):
@@ -39,11 +36,6 @@ class CpuPlatform(Platform):
 
     def peak_memory_bytes(self) -> int:
         return _proc_status_bytes("VmHWM")
-
-    def model_runner_cls(self) -> type[ModelRunnerBase]:
-        from wde.worker.cpu_model_runner import CPUModelRunner
-
-        return CPUModelRunner
 
 
 def _proc_status_bytes(field: str) -> int:

@@ -1,11 +1,8 @@
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from wde.platforms.interface import Platform
-
-if TYPE_CHECKING:
-    from wde.worker.model_runner import ModelRunnerBase
 
 
 class CudaPlatform(Platform):
@@ -42,8 +39,3 @@ class CudaPlatform(Platform):
 
         torch.cuda.synchronize()
         return torch.cuda.max_memory_allocated()
-
-    def model_runner_cls(self) -> type[ModelRunnerBase]:
-        from wde.worker.gpu_model_runner import GPUModelRunner
-
-        return GPUModelRunner

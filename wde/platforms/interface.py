@@ -1,12 +1,10 @@
-"""What differs between devices, decided in one place: default dtype, backend order, memory, runner class."""
+"""What differs between devices, decided in one place: default dtype, backend order, memory (plain values and
+queries; the runner class of a device is the worker's table, wde/worker/runners.py)."""
 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from typing import TYPE_CHECKING, Any, ClassVar
-
-if TYPE_CHECKING:
-    from wde.worker.model_runner import ModelRunnerBase
+from typing import Any, ClassVar
 
 
 class Platform(ABC):
@@ -40,7 +38,3 @@ class Platform(ABC):
     @abstractmethod
     def peak_memory_bytes(self) -> int:
         """Highest memory_in_use_bytes since reset_peak_memory."""
-
-    @abstractmethod
-    def model_runner_cls(self) -> type[ModelRunnerBase]:
-        """The ModelRunnerBase subclass for this device."""
