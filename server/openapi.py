@@ -124,6 +124,12 @@ def _constrain_to_model(schema: dict[str, Any], model_config: ModelConfig, state
     cohere = components.get("CohereRerankRequest")
     if cohere is not None:
         _document_structured_documents(cohere)
+    # 5. an instruction only for an LLM reranker (a model with a pair template)
+    if model_config.task != "score" or model_config.pair_template is None:
+        for name in ("RerankRequest", "CohereRerankRequest"):
+            properties = components.get(name, {}).get("properties", {})
+            if "instruction" in properties:
+                properties["instruction"] = {"type": "null", "description": "this model takes no instruction"}
 
 
 def _document_structured_documents(cohere: dict[str, Any]) -> None:
