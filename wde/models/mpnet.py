@@ -20,7 +20,7 @@ from wde.layers.attention.spec import AttentionSpec
 from wde.layers.forward_context import get_forward_context
 from wde.layers.pooler.methods import PoolingMetadata, cls_pool
 from wde.models.bert import BertSelfOutput
-from wde.models.weight_names import WeightTarget, fused_rows, load_weights_by_name, strip_prefix
+from wde.models.weight_names import WeightTarget, fused_qkv_target, load_weights_by_name
 from wde.models.xlm_roberta import RobertaClassificationHead
 
 # transformers' MPNetEmbeddings fixes padding_idx at 1 whatever config.json says: positions start at 2.
@@ -128,18 +128,7 @@ class MPNetEncoder(nn.Module):
 def mpnet_target(prefixes: tuple[str, ...], hidden_size: int) -> Callable[[str], WeightTarget]:
     """HF MPNet names -> ours: strip the base-model prefix, fuse q/k/v into qkv_proj, o and the attention
     LayerNorm into BERT's output block."""
-
-    def target(name: str) -> WeightTarget:
-        name = strip_prefix(name, prefixes)
-        for old, new in _RENAMES:
-            name = name.replace(old, new)
-        match = _QKV.match(name)
-        if match:
-            rows = fused_rows(_QKV_SHARD[match[2]], (hidden_size,) * 3)
-            return f"{match[1]}.attention.qkv_proj.{match[3]}", rows
-        return name, None
-
-    return target
+    return fused_qkv_target(prefixes, _RENAMES, _QKV, _QKV_SHARD, hidden_size)
 
 
 class MPNetModel(nn.Module):

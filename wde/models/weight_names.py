@@ -44,18 +44,31 @@ def fused_rows(shard: int, sizes: tuple[int, ...]) -> slice:
     return slice(start, start + sizes[shard])
 
 
-def bert_target(prefixes: tuple[str, ...], hidden_size: int) -> Callable[[str], WeightTarget]:
+def fused_qkv_target(
+    prefixes: tuple[str, ...],
+    renames: tuple[tuple[str, str], ...],
+    qkv: re.Pattern[str],
+    shards: dict[str, int],
+    hidden_size: int,
+) -> Callable[[str], WeightTarget]:
+    """Strip the base-model prefix, apply ``renames``, and fuse the tensors ``qkv`` matches (groups: the
+    layer's prefix, the part named in ``shards``, weight/bias) into ``<prefix>.attention.qkv_proj``."""
+
     def target(name: str) -> WeightTarget:
         name = strip_prefix(name, prefixes)
-        for old, new in _RENAMES:
+        for old, new in renames:
             name = name.replace(old, new)
-        match = _QKV.match(name)
+        match = qkv.match(name)
         if match:
-            rows = fused_rows(_QKV_SHARD[match[2]], (hidden_size,) * 3)
+            rows = fused_rows(shards[match[2]], (hidden_size,) * 3)
             return f"{match[1]}.attention.qkv_proj.{match[3]}", rows
         return name, None
 
     return target
+
+
+def bert_target(prefixes: tuple[str, ...], hidden_size: int) -> Callable[[str], WeightTarget]:
+    return fused_qkv_target(prefixes, _RENAMES, _QKV, _QKV_SHARD, hidden_size)
 
 
 def load_named_weights(
