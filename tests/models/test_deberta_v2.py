@@ -21,6 +21,7 @@ import pytest
 import torch
 
 import wde
+from tests.models.family_checks import hf_last_hidden
 from tests.models.test_encoders import max_abs_diff, run_wde
 from tests.tiny_models import _randomize_, reference_logits, training_texts
 from wde.models.deberta_v2 import (
@@ -145,20 +146,8 @@ def token_ids(deberta_dir: Path) -> list[list[int]]:
     return sequences
 
 
-@torch.inference_mode()
 def run_hf(path: Path, token_ids: list[list[int]]) -> torch.Tensor:
-    """transformers' eager DebertaV2Model on the right-padded batch: the last hidden state of real tokens."""
-    from transformers import AutoModel
-
-    model = AutoModel.from_pretrained(str(path), attn_implementation="eager", dtype=torch.float32).eval()
-    max_len = max(map(len, token_ids))
-    input_ids = torch.zeros((len(token_ids), max_len), dtype=torch.long)  # [PAD] is 0
-    mask = torch.zeros_like(input_ids, dtype=torch.bool)
-    for row, ids in enumerate(token_ids):
-        input_ids[row, : len(ids)] = torch.tensor(ids)
-        mask[row, : len(ids)] = True
-    hidden = model(input_ids=input_ids, attention_mask=mask.long()).last_hidden_state
-    return hidden[mask]  # [num_tokens, hidden_size]
+    return hf_last_hidden(path, token_ids, 0)
 
 
 @pytest.fixture(scope="module")

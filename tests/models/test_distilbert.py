@@ -14,6 +14,7 @@ import pytest
 import torch
 
 import wde
+from tests.models.family_checks import assert_close_to_sentence_transformers, hf_last_hidden
 from tests.models.test_encoders import max_abs_diff, run_wde
 from tests.tiny_models import _randomize_, reference_logits
 from wde.engine_args import EngineArgs, default_model_path
@@ -24,7 +25,6 @@ DIM = 32
 MAX_POSITIONS = 64
 FP32_ATOL = 1e-5  # float32: ours vs transformers, batch vs single
 ST_ATOL = 1e-4
-MIN_COSINE = 0.99999
 ST_MAX_SEQ_LENGTH = 24
 CPU_BACKENDS = ("naive", "torch_sdpa")
 SEQ_LENS = (5, 1, 9, 2, 9, 64, 3, 17)  # 1 token, an equal pair, the full table
@@ -120,20 +120,8 @@ def token_ids() -> list[list[int]]:
     return sequences
 
 
-@torch.inference_mode()
 def run_hf(path: Path, token_ids: list[list[int]]) -> torch.Tensor:
-    """transformers' eager DistilBertModel on the right-padded batch: the last hidden state of real tokens."""
-    from transformers import AutoModel
-
-    model = AutoModel.from_pretrained(str(path), attn_implementation="eager", dtype=torch.float32).eval()
-    max_len = max(map(len, token_ids))
-    input_ids = torch.full((len(token_ids), max_len), PAD_ID, dtype=torch.long)
-    mask = torch.zeros_like(input_ids, dtype=torch.bool)
-    for row, ids in enumerate(token_ids):
-        input_ids[row, : len(ids)] = torch.tensor(ids)
-        mask[row, : len(ids)] = True
-    hidden = model(input_ids=input_ids, attention_mask=mask.long()).last_hidden_state
-    return hidden[mask]  # [num_tokens, dim]
+    return hf_last_hidden(path, token_ids, PAD_ID)
 
 
 @pytest.fixture(scope="module")
@@ -181,9 +169,7 @@ def test_encode_equals_sentence_transformers(distilbert_st_dir: Path, st_llm: wd
     assert st_llm.model_config.max_model_len == ST_MAX_SEQ_LENGTH
     assert max(output.num_tokens for output in outputs) == ST_MAX_SEQ_LENGTH, "the long text is truncated"
     got = np.stack([output.embedding for output in outputs])
-    cosine = np.sum(got * expected, axis=1) / np.linalg.norm(got, axis=1) / np.linalg.norm(expected, axis=1)
-    assert cosine.min() >= MIN_COSINE
-    assert max_abs_diff(got, expected) <= ST_ATOL
+    assert_close_to_sentence_transformers(got, expected)
 
 
 def test_llm_batch_equals_single(st_llm: wde.LLM) -> None:

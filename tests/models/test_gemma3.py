@@ -14,6 +14,7 @@ import pytest
 import torch
 
 import wde
+from tests.models.family_checks import assert_close_to_sentence_transformers, hf_last_hidden
 from tests.models.test_encoders import max_abs_diff, run_wde
 from tests.models.tiny_gemma3 import (
     LAYER_TYPES,
@@ -27,8 +28,6 @@ from wde.layers.attention.layer import attention_specs
 from wde.models.gemma3 import Gemma3TextModel, rope_theta
 
 FP32_ATOL = 1e-5  # float32: ours vs transformers, batch vs single
-ST_MIN_COSINE = 0.99999
-ST_ATOL = 1e-4
 MIN_WINDOW_EFFECT = 1e-2  # the sliding window must move outputs far past the tolerance
 BACKEND_NAMES = ("naive", "torch_sdpa")
 SEQ_LENS = (5, 1, 9, 2, 9, 40, 3, 17)  # mixed lengths, an equal pair, several past the window (3 each side)
@@ -56,20 +55,8 @@ def random_token_ids(path: Path, seed: int) -> list[list[int]]:
     return token_ids
 
 
-@torch.inference_mode()
 def run_hf(path: Path, token_ids: list[list[int]]) -> torch.Tensor:
-    """transformers' last hidden state (eager, float32, right-padded) on real tokens [num_tokens, hidden]."""
-    from transformers import AutoModel
-
-    model = AutoModel.from_pretrained(str(path), attn_implementation="eager", dtype=torch.float32).eval()
-    max_len = max(map(len, token_ids))
-    input_ids = torch.full((len(token_ids), max_len), PAD_ID, dtype=torch.long)
-    mask = torch.zeros_like(input_ids, dtype=torch.bool)
-    for row, ids in enumerate(token_ids):
-        input_ids[row, : len(ids)] = torch.tensor(ids)
-        mask[row, : len(ids)] = True
-    hidden = model(input_ids=input_ids, attention_mask=mask.long()).last_hidden_state
-    return hidden[mask]
+    return hf_last_hidden(path, token_ids, PAD_ID)
 
 
 def embeddings(outputs: list) -> np.ndarray:
@@ -77,9 +64,7 @@ def embeddings(outputs: list) -> np.ndarray:
 
 
 def assert_st_close(got: np.ndarray, expected: np.ndarray) -> None:
-    cosine = np.sum(got * expected, axis=1) / np.linalg.norm(got, axis=1) / np.linalg.norm(expected, axis=1)
-    assert cosine.min() >= ST_MIN_COSINE
-    np.testing.assert_allclose(got, expected, atol=ST_ATOL)
+    assert_close_to_sentence_transformers(got, expected)
 
 
 # ---- fixtures ----------------------------------------------------------------------------------------------

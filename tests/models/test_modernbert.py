@@ -13,6 +13,7 @@ import pytest
 import torch
 
 import wde
+from tests.models.family_checks import assert_close_to_sentence_transformers
 from tests.models.test_encoders import engine_config, max_abs_diff, random_token_ids, run_wde
 from tests.models.tiny_modernbert import LOCAL_ATTENTION, MAX_POSITIONS, save_tiny_modernbert
 from tests.tiny_models import reference_logits
@@ -21,8 +22,6 @@ from wde.models.registry import MODEL_REGISTRY
 
 FP32_ATOL = 1e-5  # float32: ours vs transformers, batch vs single
 LOGITS_ATOL = 1e-4  # scores vs CrossEncoder
-ST_MIN_COSINE = 0.99999
-ST_ATOL = 1e-4
 MIN_WINDOW_EFFECT = 1e-2  # the local window must move outputs far past the tolerance
 SEED = 120
 BACKEND_NAMES = ("naive", "torch_sdpa")
@@ -194,9 +193,7 @@ def test_saved_by_sentence_transformers_equals_encode(tmp_path: Path, modernbert
         got = np.stack([output.embedding for output in llm.encode(TEXTS)])
     finally:
         llm.engine.shutdown()
-    cosine = np.sum(got * expected, axis=1) / np.linalg.norm(got, axis=1) / np.linalg.norm(expected, axis=1)
-    assert cosine.min() >= ST_MIN_COSINE
-    assert max_abs_diff(got, expected) <= ST_ATOL
+    assert_close_to_sentence_transformers(got, expected)
 
 
 def test_classifier_matches_transformers_and_cross_encoder(classifier_dir: Path) -> None:

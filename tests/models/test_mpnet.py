@@ -15,6 +15,7 @@ import pytest
 import torch
 
 import wde
+from tests.models.family_checks import assert_close_to_sentence_transformers, hf_last_hidden
 from tests.models.test_encoders import max_abs_diff, run_wde
 from tests.tiny_models import _randomize_, reference_logits
 from wde.engine_args import EngineArgs, default_model_path
@@ -29,7 +30,6 @@ CE_MAX_LEN = 64  # the cross-encoder's tokenizer model_max_length
 BIAS_STD = 2.0  # the relative bias table drawn wide, so a bucket or bias bug moves outputs far
 FP32_ATOL = 1e-5  # float32: ours vs transformers, batch vs single
 ST_ATOL = 1e-4
-MIN_COSINE = 0.99999
 ST_MAX_SEQ_LENGTH = 48
 CPU_BACKENDS = ("naive", "torch_sdpa")
 # mixed lengths: 1 token, short ones, an equal pair, past max_distance (128) and the full table
@@ -129,20 +129,8 @@ def token_ids() -> list[list[int]]:
     return sequences
 
 
-@torch.inference_mode()
 def run_hf(path: Path, token_ids: list[list[int]]) -> torch.Tensor:
-    """transformers' eager MPNetModel on the right-padded batch: the last hidden state of real tokens."""
-    from transformers import AutoModel
-
-    model = AutoModel.from_pretrained(str(path), attn_implementation="eager", dtype=torch.float32).eval()
-    max_len = max(map(len, token_ids))
-    input_ids = torch.full((len(token_ids), max_len), 1, dtype=torch.long)  # <pad> is 1
-    mask = torch.zeros_like(input_ids, dtype=torch.bool)
-    for row, ids in enumerate(token_ids):
-        input_ids[row, : len(ids)] = torch.tensor(ids)
-        mask[row, : len(ids)] = True
-    hidden = model(input_ids=input_ids, attention_mask=mask.long()).last_hidden_state
-    return hidden[mask]  # [num_tokens, hidden_size]
+    return hf_last_hidden(path, token_ids, 1)
 
 
 @pytest.fixture(scope="module")
@@ -224,9 +212,7 @@ def test_encode_equals_sentence_transformers(mpnet_st_dir: Path, st_llm: wde.LLM
     assert st_llm.model_config.max_model_len == ST_MAX_SEQ_LENGTH
     assert max(output.num_tokens for output in outputs) == ST_MAX_SEQ_LENGTH, "the long text is truncated"
     got = np.stack([output.embedding for output in outputs])
-    cosine = np.sum(got * expected, axis=1) / np.linalg.norm(got, axis=1) / np.linalg.norm(expected, axis=1)
-    assert cosine.min() >= MIN_COSINE
-    assert max_abs_diff(got, expected) <= ST_ATOL
+    assert_close_to_sentence_transformers(got, expected)
 
 
 def test_llm_batch_equals_single(st_llm: wde.LLM) -> None:

@@ -14,6 +14,7 @@ import pytest
 import torch
 
 import wde
+from tests.models.family_checks import hf_last_hidden
 from tests.models.test_encoders import max_abs_diff, run_wde
 from tests.models.tiny_qwen3 import EOS, SEED, save_tiny_qwen3
 from wde.engine_args import EngineArgs
@@ -52,20 +53,8 @@ def random_token_ids(path: Path, seed: int) -> list[list[int]]:
     ]
 
 
-@torch.inference_mode()
 def run_hf(path: Path, token_ids: list[list[int]]) -> torch.Tensor:
-    """transformers' last hidden state (eager, float32, right-padded) on real tokens [num_tokens, hidden]."""
-    from transformers import AutoModel
-
-    model = AutoModel.from_pretrained(str(path), attn_implementation="eager", dtype=torch.float32).eval()
-    max_len = max(map(len, token_ids))
-    input_ids = torch.full((len(token_ids), max_len), eos_id(path), dtype=torch.long)
-    mask = torch.zeros_like(input_ids, dtype=torch.bool)
-    for row, ids in enumerate(token_ids):
-        input_ids[row, : len(ids)] = torch.tensor(ids)
-        mask[row, : len(ids)] = True
-    hidden = model(input_ids=input_ids, attention_mask=mask.long()).last_hidden_state
-    return hidden[mask]
+    return hf_last_hidden(path, token_ids, eos_id(path))
 
 
 def save_st(hf_dir: Path, path: Path) -> Path:

@@ -14,11 +14,10 @@ import pytest
 import torch
 
 import wde
+from tests.models.family_checks import assert_close_to_sentence_transformers
 from tests.tiny_models import HIDDEN_SIZE, SEED, WEIGHT_STD, save_tiny_bert
 from wde.models.st_metadata import read_st_metadata
 
-MIN_COSINE = 0.99999
-ATOL = 1e-4
 MAX_SEQ_LENGTH = 24
 DENSE_SIZES = (HIDDEN_SIZE, 48, 24)  # 32 -> 48 (tanh) -> 24 (identity, no bias)
 TEXTS = [
@@ -61,9 +60,7 @@ def dense_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def _assert_close(got: np.ndarray, expected: np.ndarray) -> None:
-    cosine = np.sum(got * expected, axis=1) / np.linalg.norm(got, axis=1) / np.linalg.norm(expected, axis=1)
-    assert cosine.min() >= MIN_COSINE
-    np.testing.assert_allclose(got, expected, atol=ATOL)
+    assert_close_to_sentence_transformers(got, expected)
 
 
 def test_metadata_lists_the_dense_stack_in_order(dense_dir: Path) -> None:

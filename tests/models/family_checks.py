@@ -1,0 +1,37 @@
+"""What every family's tests compare against: transformers' last hidden state on a right-padded batch, and
+sentence-transformers' embeddings (min cosine and max abs diff)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import torch
+
+MIN_COSINE = 0.99999  # float32, same weights
+ST_ATOL = 1e-4
+
+
+@torch.inference_mode()
+def hf_last_hidden(path: Path, token_ids: list[list[int]], pad_id: int) -> torch.Tensor:
+    """transformers' ``AutoModel`` (eager, float32) on the right-padded batch: the last hidden state of the
+    real tokens, ``[num_tokens, hidden_size]`` in the flat order wde uses."""
+    from transformers import AutoModel
+
+    model = AutoModel.from_pretrained(str(path), attn_implementation="eager", dtype=torch.float32).eval()
+    max_len = max(map(len, token_ids))
+    input_ids = torch.full((len(token_ids), max_len), pad_id, dtype=torch.long)
+    mask = torch.zeros_like(input_ids, dtype=torch.bool)
+    for row, ids in enumerate(token_ids):
+        input_ids[row, : len(ids)] = torch.tensor(ids)
+        mask[row, : len(ids)] = True
+    hidden = model(input_ids=input_ids, attention_mask=mask.long()).last_hidden_state
+    return hidden[mask]
+
+
+def assert_close_to_sentence_transformers(got: np.ndarray, expected: np.ndarray) -> None:
+    """``[num_texts, dim]`` embeddings: every row's cosine >= MIN_COSINE and every value within ST_ATOL."""
+    got, expected = np.asarray(got, dtype=np.float64), np.asarray(expected, dtype=np.float64)
+    cosine = np.sum(got * expected, axis=1) / np.linalg.norm(got, axis=1) / np.linalg.norm(expected, axis=1)
+    assert cosine.min() >= MIN_COSINE, f"min cosine {cosine.min():.7f}"
+    assert np.abs(got - expected).max() <= ST_ATOL, f"max abs diff {np.abs(got - expected).max():.2e}"
