@@ -3,7 +3,8 @@ the first and second halves of the rotated dimensions form the (x, y) pairs.
 
 ``positions`` restart at 0 for every sequence of the flat batch. Nothing is kept in a buffer: models are
 built on the meta device and filled from the checkpoint, and a few dozen frequencies are cheaper to
-recompute than to re-initialize after ``to_empty``.
+recompute than to re-initialize after ``to_empty``. A model computes ``cos_sin`` once per forward (per RoPE
+base) and its layers ``apply_rotary`` with it.
 """
 
 from __future__ import annotations
@@ -33,19 +34,15 @@ class RotaryEmbedding(nn.Module):
         angles = torch.cat((freqs, freqs), dim=-1).unsqueeze(1)  # [num_tokens, 1, rotary_dim]
         return angles.cos().to(dtype), angles.sin().to(dtype)
 
-    def rotate(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-        """``x`` [num_tokens, num_heads, head_size] rotated by its tokens' angles (same shape and dtype)."""
-        if self.rotary_dim == self.head_size:
-            return x * cos + rotate_half(x) * sin
-        rotated, passed = x[..., : self.rotary_dim], x[..., self.rotary_dim :]
-        return torch.cat((rotated * cos + rotate_half(rotated) * sin, passed), dim=-1)
 
-    def forward(
-        self, positions: torch.Tensor, query: torch.Tensor, key: torch.Tensor
-    ) -> tuple[torch.Tensor, torch.Tensor]:
-        # positions [num_tokens]; query [num_tokens, heads, head_size]; key [num_tokens, kv_heads, head_size]
-        cos, sin = self.cos_sin(positions, query.dtype)
-        return self.rotate(query, cos, sin), self.rotate(key, cos, sin)
+def apply_rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """``x`` [num_tokens, heads, head_size] rotated by its tokens' angles (``cos_sin``'s output; a rotary_dim
+    below head_size rotates the first dimensions and passes the rest); same shape and dtype."""
+    rotary_dim = cos.shape[-1]
+    if rotary_dim == x.shape[-1]:
+        return x * cos + rotate_half(x) * sin
+    rotated, passed = x[..., :rotary_dim], x[..., rotary_dim:]
+    return torch.cat((rotated * cos + rotate_half(rotated) * sin, passed), dim=-1)
 
 
 def rotate_half(x: torch.Tensor) -> torch.Tensor:

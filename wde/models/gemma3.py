@@ -25,7 +25,7 @@ from torch import nn
 from wde.layers.activation import get_act_fn
 from wde.layers.attention.layer import Attention
 from wde.layers.attention.spec import AttentionSpec
-from wde.layers.rotary import RotaryEmbedding, rotate_half
+from wde.layers.rotary import RotaryEmbedding, apply_rotary
 from wde.models.weight_names import WeightTarget, fused_rows, load_weights_by_name, strip_prefix
 
 LAYER_TYPES = ("sliding_attention", "full_attention")
@@ -129,7 +129,7 @@ class Gemma3Attention(nn.Module):
         q = self.q_norm(q.view(num_tokens, self.num_heads, self.head_size))
         k = self.k_norm(k.view(num_tokens, self.num_kv_heads, self.head_size))
         v = v.view(num_tokens, self.num_kv_heads, self.head_size)
-        q, k = q * cos + rotate_half(q) * sin, k * cos + rotate_half(k) * sin  # RoPE
+        q, k = apply_rotary(q, cos, sin), apply_rotary(k, cos, sin)  # RoPE
         attn_out = self.attn(q, k, v)  # [num_tokens, num_heads, head_size]
         return self.o_proj(attn_out.reshape(num_tokens, -1))  # [num_tokens, hidden_size]
 

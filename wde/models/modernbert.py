@@ -21,7 +21,7 @@ from wde.layers.activation import get_act_fn
 from wde.layers.attention.layer import Attention
 from wde.layers.attention.spec import AttentionSpec
 from wde.layers.pooler.methods import PoolingMetadata, cls_pool, mean_pool
-from wde.layers.rotary import RotaryEmbedding
+from wde.layers.rotary import RotaryEmbedding, apply_rotary
 from wde.models.weight_names import WeightTarget, load_weights_by_name, strip_prefix
 
 FULL, SLIDING = "full_attention", "sliding_attention"
@@ -90,7 +90,6 @@ class ModernBertAttention(nn.Module):
         bias = config.get("attention_bias", False)
         self.Wqkv = nn.Linear(hidden_size, 3 * hidden_size, bias=bias)  # fused query/key/value
         self.Wo = nn.Linear(hidden_size, hidden_size, bias=bias)
-        self.rotary_emb = RotaryEmbedding(self.head_size, rope_theta(config, kind))
         window = None
         if kind == SLIDING:
             half = int(config.get("local_attention", 128)) // 2
@@ -99,11 +98,11 @@ class ModernBertAttention(nn.Module):
             AttentionSpec(num_heads=self.num_heads, head_size=self.head_size, sliding_window=window)
         )
 
-    def forward(self, hidden_states: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+    def forward(self, hidden_states: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
         num_tokens = hidden_states.shape[0]
         qkv = self.Wqkv(hidden_states)  # [num_tokens, 3 * hidden_size]
         q, k, v = qkv.view(num_tokens, 3, self.num_heads, self.head_size).unbind(1)
-        q, k = self.rotary_emb(positions, q, k)  # [num_tokens, num_heads, head_size]
+        q, k = apply_rotary(q, cos, sin), apply_rotary(k, cos, sin)  # [num_tokens, num_heads, head_size]
         attn_out = self.attn(q, k, v)  # [num_tokens, num_heads, head_size]
         return self.Wo(attn_out.reshape(num_tokens, -1))  # [num_tokens, hidden_size]
 
@@ -129,13 +128,14 @@ class ModernBertLayer(nn.Module):
 
     def __init__(self, config: dict[str, Any], layer_index: int, kind: str) -> None:
         super().__init__()
+        self.kind = kind  # global or sliding: which RoPE base its attention rotates with
         self.attn_norm = nn.Identity() if layer_index == 0 else layer_norm(config)
         self.attn = ModernBertAttention(config, kind)
         self.mlp_norm = layer_norm(config)
         self.mlp = ModernBertMLP(config)
 
-    def forward(self, hidden_states: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
-        hidden_states = hidden_states + self.attn(self.attn_norm(hidden_states), positions)
+    def forward(self, hidden_states: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+        hidden_states = hidden_states + self.attn(self.attn_norm(hidden_states), cos, sin)
         return self.mlp_block(hidden_states)
 
     def mlp_block(self, hidden_states: torch.Tensor) -> torch.Tensor:
@@ -154,18 +154,24 @@ class ModernBertModel(nn.Module):
         super().__init__()
         self.config = config
         self.embeddings = ModernBertEmbeddings(config)
-        self.layers = nn.ModuleList(
-            ModernBertLayer(config, index, kind) for index, kind in enumerate(layer_types(config))
-        )
+        kinds = layer_types(config)
+        self.layers = nn.ModuleList(ModernBertLayer(config, index, kind) for index, kind in enumerate(kinds))
         self.final_norm = layer_norm(config)
+        head_size = self.layers[0].attn.head_size
+        self.rotary = nn.ModuleDict(
+            {kind: RotaryEmbedding(head_size, rope_theta(config, kind)) for kind in sorted(set(kinds))}
+        )
 
     def forward(
         self, input_ids: torch.Tensor, positions: torch.Tensor, token_type_ids: torch.Tensor | None = None
     ) -> torch.Tensor:
         del token_type_ids  # ModernBERT has no segment embeddings
         hidden_states = self.embeddings(input_ids)  # [num_tokens, hidden_size]
+        # cos, sin [num_tokens, 1, head_size] per RoPE base, once per forward, shared by its layers
+        dtype = hidden_states.dtype
+        cos_sin = {kind: rotary.cos_sin(positions, dtype) for kind, rotary in self.rotary.items()}
         for layer in self.layers:
-            hidden_states = layer(hidden_states, positions)
+            hidden_states = layer(hidden_states, *cos_sin[layer.kind])
         return self.final_norm(hidden_states)
 
     def compile_blocks(self) -> None:

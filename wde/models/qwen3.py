@@ -20,7 +20,7 @@ from wde.config import PoolingConfig
 from wde.layers.attention.layer import Attention
 from wde.layers.attention.spec import AttentionSpec
 from wde.layers.pooler.methods import PoolingMetadata, last_pool
-from wde.layers.rotary import RotaryEmbedding
+from wde.layers.rotary import RotaryEmbedding, apply_rotary
 from wde.models.weight_names import WeightTarget, fused_rows, load_weights_by_name, strip_prefix
 
 _QKV = re.compile(r"^(layers\.\d+\.self_attn)\.(q|k|v)_proj\.(weight|bias)$")
@@ -86,7 +86,6 @@ class Qwen3Attention(nn.Module):
         eps = config.get("rms_norm_eps", 1e-6)
         self.q_norm = RMSNorm(self.head_size, eps)
         self.k_norm = RMSNorm(self.head_size, eps)
-        self.rotary_emb = RotaryEmbedding(self.head_size, rope_theta(config))
         self.attn = Attention(
             AttentionSpec(
                 num_heads=self.num_heads,
@@ -97,13 +96,13 @@ class Qwen3Attention(nn.Module):
             )
         )
 
-    def forward(self, hidden_states: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+    def forward(self, hidden_states: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
         num_tokens = hidden_states.shape[0]
         q, k, v = self.qkv_proj(hidden_states).split(self.qkv_sizes, dim=-1)
         q = self.q_norm(q.view(num_tokens, self.num_heads, self.head_size))  # [num_tokens, heads, head_size]
         k = self.k_norm(k.view(num_tokens, self.num_kv_heads, self.head_size))  # [num_tokens, kv_heads, ...]
         v = v.view(num_tokens, self.num_kv_heads, self.head_size)
-        q, k = self.rotary_emb(positions, q, k)
+        q, k = apply_rotary(q, cos, sin), apply_rotary(k, cos, sin)  # RoPE
         attn_out = self.attn(q, k, v)  # [num_tokens, num_heads, head_size]
         return self.o_proj(attn_out.reshape(num_tokens, -1))  # [num_tokens, hidden_size]
 
@@ -136,8 +135,8 @@ class Qwen3DecoderLayer(nn.Module):
         self.post_attention_layernorm = RMSNorm(config["hidden_size"], eps)
         self.mlp = Qwen3MLP(config)
 
-    def forward(self, hidden_states: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
-        hidden_states = hidden_states + self.self_attn(self.input_layernorm(hidden_states), positions)
+    def forward(self, hidden_states: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+        hidden_states = hidden_states + self.self_attn(self.input_layernorm(hidden_states), cos, sin)
         return self.mlp_block(hidden_states)
 
     def mlp_block(self, hidden_states: torch.Tensor) -> torch.Tensor:
@@ -158,13 +157,16 @@ class Qwen3Model(nn.Module):
         self.embed_tokens = nn.Embedding(config["vocab_size"], config["hidden_size"])
         self.layers = nn.ModuleList(Qwen3DecoderLayer(config, i) for i in range(config["num_hidden_layers"]))
         self.norm = RMSNorm(config["hidden_size"], config.get("rms_norm_eps", 1e-6))
+        self.rotary_emb = RotaryEmbedding(self.layers[0].self_attn.head_size, rope_theta(config))
 
     def forward(
         self, input_ids: torch.Tensor, positions: torch.Tensor, token_type_ids: torch.Tensor | None = None
     ) -> torch.Tensor:
         hidden_states = self.embed_tokens(input_ids)  # [num_tokens, hidden_size]
+        # cos, sin [num_tokens, 1, head_size]: once per forward, shared by every layer
+        cos, sin = self.rotary_emb.cos_sin(positions, hidden_states.dtype)
         for layer in self.layers:
-            hidden_states = layer(hidden_states, positions)
+            hidden_states = layer(hidden_states, cos, sin)
         return self.norm(hidden_states)
 
     def compile_blocks(self) -> None:
