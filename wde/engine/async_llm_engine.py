@@ -30,7 +30,6 @@ from wde.engine.engine_thread import (
     EngineUnavailableError,
     StatsListener,
 )
-from wde.engine.errors import raise_for_errors
 from wde.engine.llm_engine import LLMEngine
 from wde.engine.tasks import TaskNotSupportedError
 from wde.engine_args import EngineArgs
@@ -176,18 +175,7 @@ class AsyncLLMEngine:
         return await self._drive(tasks.classify(self.info.model_config, inputs, params))
 
     async def _drive(self, plan: tasks.Plan) -> Any:
-        """Run a plan: its submissions through the engine thread, its offloads on a worker thread."""
-        try:
-            step = next(plan)
-            while True:
-                if isinstance(step, tasks.Submit):
-                    outputs = await self._submit(step.prompts, step.params)
-                    raise_for_errors(outputs)
-                    step = plan.send(outputs)
-                else:
-                    step = plan.send(await asyncio.to_thread(step.function, *step.args))
-        except StopIteration as done:
-            return done.value
+        return await tasks.run_plan_async(plan, self._submit)
 
     async def _submit(self, prompts: Sequence[Any], params: Any) -> list[RequestOutput]:
         """Queue one engine request per prompt and wait for all of them; cancelling aborts them."""

@@ -61,23 +61,26 @@ def rerank_documents(
     return [document for _, document in pairs]
 
 
-def cap_document_tokens(
-    tokenizer: tokenizers.Tokenizer,
-    documents: Sequence[str],
-    max_tokens_per_doc: int | None,
-    max_model_len: int,
-) -> list[str]:
-    """Each document cut to its first ``max_tokens_per_doc`` tokens (Cohere's per-document cap), by the
-    character offsets of an untruncated tokenizer without special tokens. A cap of max_model_len or more
-    changes nothing (the pair is cut at max_model_len keeping prefixes anyway), so it costs nothing."""
-    if max_tokens_per_doc is not None and (
+def needs_token_cap(max_tokens_per_doc: int | None, max_model_len: int) -> bool:
+    """Whether Cohere's per-document cap changes anything: a cap of max_model_len or more does not (the pair
+    is cut at max_model_len keeping prefixes anyway). Raises for a cap that is not a positive int."""
+    if max_tokens_per_doc is None:
+        return False
+    if (
         isinstance(max_tokens_per_doc, bool)
         or not isinstance(max_tokens_per_doc, int)
         or max_tokens_per_doc < 1
     ):
         raise ValueError(f"max_tokens_per_doc must be a positive int or None, got {max_tokens_per_doc!r}")
-    if max_tokens_per_doc is None or max_tokens_per_doc >= max_model_len:
-        return list(documents)
+    return max_tokens_per_doc < max_model_len
+
+
+def cap_document_tokens(
+    tokenizer: tokenizers.Tokenizer, documents: Sequence[str], max_tokens_per_doc: int
+) -> list[str]:
+    """Each document cut to its first ``max_tokens_per_doc`` tokens (Cohere's per-document cap), by the
+    character offsets of an untruncated tokenizer without special tokens (a tokenizer pass over every
+    document: ask ``needs_token_cap`` first)."""
     encodings = tokenizer.encode_batch(list(documents), add_special_tokens=False)
     return [
         document

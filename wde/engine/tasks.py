@@ -10,13 +10,21 @@ logic (pairing rules, cosine scoring with an embedding model, ranking, token cap
 
 from __future__ import annotations
 
-from collections.abc import Callable, Generator, Sequence
+import asyncio
+from collections.abc import Awaitable, Callable, Generator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from wde.config import ModelConfig
 from wde.engine.errors import raise_for_errors
-from wde.engine.scoring import CosinePlan, cap_document_tokens, make_pairs, rank, rerank_documents
+from wde.engine.scoring import (
+    CosinePlan,
+    cap_document_tokens,
+    make_pairs,
+    needs_token_cap,
+    rank,
+    rerank_documents,
+)
 from wde.inputs import PoolingParams, PromptType, TextPair
 from wde.outputs import EmbeddingOutput, RequestOutput, RerankResult, ScoreOutput
 from wde.workflow import EMBED, SCORE, Workflow
@@ -124,9 +132,8 @@ def rerank(
     untruncated tokenizer, needed only then)."""
     check_operation(model_config, "rerank")
     texts = rerank_documents(query, documents, top_n, model_config)
-    if max_tokens_per_doc is not None:
-        args = (tokenizer, texts, max_tokens_per_doc, model_config.max_model_len)
-        texts = yield Offload(cap_document_tokens, args)
+    if needs_token_cap(max_tokens_per_doc, model_config.max_model_len):
+        texts = yield Offload(cap_document_tokens, (tokenizer, texts, max_tokens_per_doc))
     scores: list[ScoreOutput] = yield from score(model_config, query, texts, params)
     ranked: list[RerankResult] = rank(scores, documents, top_n, return_documents)
     return ranked, sum(output.num_tokens for output in scores)
@@ -150,17 +157,37 @@ def as_prompt_list(prompts: Any) -> list[PromptType | TextPair]:
     return list(prompts)
 
 
-# ---- the sync driver ------------------------------------------------------------------------------------
-def run_plan(plan: Plan, submit: Callable[[Sequence[Any], PoolingParams], list[RequestOutput]]) -> Any:
-    """Drive a plan inline (``LLM``): ``submit`` runs the prompts to completion."""
+# ---- the drivers: the same loop, inline (LLM) and with awaits (AsyncLLMEngine) -------------------------
+Submitter = Callable[[Sequence[Any], PoolingParams], list[RequestOutput]]
+AsyncSubmitter = Callable[[Sequence[Any], PoolingParams], Awaitable[list[RequestOutput]]]
+
+
+def run_plan(plan: Plan, submit: Submitter) -> Any:
+    """Drive a plan inline: ``submit`` runs the prompts to completion; offloads run here."""
     try:
         step = next(plan)
         while True:
             if isinstance(step, Submit):
-                outputs = submit(step.prompts, step.params)
-                raise_for_errors(outputs)
-                step = plan.send(outputs)
+                step = plan.send(_checked(submit(step.prompts, step.params)))
             else:
                 step = plan.send(step.function(*step.args))
     except StopIteration as done:
         return done.value
+
+
+async def run_plan_async(plan: Plan, submit: AsyncSubmitter) -> Any:
+    """Drive a plan from asyncio: ``submit`` is awaited; offloads run on a worker thread."""
+    try:
+        step = next(plan)
+        while True:
+            if isinstance(step, Submit):
+                step = plan.send(_checked(await submit(step.prompts, step.params)))
+            else:
+                step = plan.send(await asyncio.to_thread(step.function, *step.args))
+    except StopIteration as done:
+        return done.value
+
+
+def _checked(outputs: list[RequestOutput]) -> list[RequestOutput]:
+    raise_for_errors(outputs)  # the first failed input, named by its position
+    return outputs
