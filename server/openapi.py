@@ -18,6 +18,7 @@ from fastapi.openapi.utils import get_openapi
 from server.app_state import AppState
 from server.errors import is_openai_path
 from server.protocol import OpenAIErrorResponse, TEIErrorResponse
+from server.routes.compat import ROOT_BODIES
 from wde.config import ModelConfig
 
 REF = "#/components/schemas/{model}"
@@ -36,10 +37,6 @@ GET_ERRORS = {503: "the model is loading or the server is shutting down"}
 TASK_PATHS = {  # routes that only a model of the other task can serve
     "embed": {"/predict"},
     "score": {"/embed", "/v1/embeddings"},
-}
-ROOT_BODIES = {
-    "embed": ("EmbedRequest", "EmbeddingRequest"),
-    "score": ("RerankRequest", "CohereRerankRequest", "PredictRequest"),
 }
 
 

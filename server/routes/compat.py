@@ -15,7 +15,14 @@ from fastapi.exceptions import RequestValidationError
 from pydantic import TypeAdapter, ValidationError
 
 from server.app_state import get_state
-from server.protocol import AnyRerankRequest, EmbeddingRequest, EmbedRequest, PredictRequest
+from server.protocol import (
+    AnyRerankRequest,
+    CohereRerankRequest,
+    EmbeddingRequest,
+    EmbedRequest,
+    PredictRequest,
+    RerankRequest,
+)
 from server.responses import ORJSONResponse
 from server.routes import embed, openai, predict, rerank
 
@@ -25,6 +32,11 @@ _EMBED = TypeAdapter(EmbedRequest)
 _OPENAI = TypeAdapter(EmbeddingRequest)
 _RERANK = TypeAdapter(AnyRerankRequest)
 _PREDICT = TypeAdapter(PredictRequest)
+# The request models each task's POST / takes (as dispatched below; /openapi.json documents them).
+ROOT_BODIES: dict[str, tuple[str, ...]] = {
+    "embed": (EmbedRequest.__name__, EmbeddingRequest.__name__),
+    "score": (RerankRequest.__name__, CohereRerankRequest.__name__, PredictRequest.__name__),
+}
 DESCRIPTION = (
     "An embedding model: the body of POST /embed (or of POST /v1/embeddings, with `input`). "
     "A cross-encoder or classifier: the body of POST /rerank (with `query`) or of POST /predict."
