@@ -27,6 +27,7 @@ from wde.config import (
     EXECUTORS,
     PAIR_TRUNCATIONS,
     POOLING_METHODS,
+    QUANTIZATIONS,
     SCORE_ACTIVATIONS,
     TASKS,
 )
@@ -60,6 +61,8 @@ ENGINE_HELP = {
     "score_activation": "cross-encoders: the activation of the scores (default: the model's)",
     "pair_truncation": "cross-encoders: longest_first, or only_second to keep the query whole",
     "compile_model": "torch.compile each layer's MLP block: slower start-up, faster batches",
+    "quantization": "int8: int8 weights and per-token int8 activations in every block's linear layers "
+    "(CPU, float32; ~2x faster, mean cosine ~0.998 to float32 on all-MiniLM-L6-v2)",
     "score_instruction": "LLM rerankers (Qwen3-Reranker): the prompt template's instruction for requests "
     "that name none",
 }
@@ -72,6 +75,7 @@ ENGINE_CHOICES: dict[str, Sequence[str]] = {
     "score_activation": SCORE_ACTIVATIONS,
     "pair_truncation": PAIR_TRUNCATIONS,
     "cuda_graph_mode": CUDA_GRAPH_MODES,
+    "quantization": QUANTIZATIONS,
 }
 SERVER_HELP = {
     "api_key": "require 'Authorization: Bearer <key>' (all routes but /health, /metrics); prefer WDE_API_KEY",

@@ -238,6 +238,7 @@ class InfoResponse(BaseModel):
     model_id: str
     model_sha: str | None = None
     model_dtype: str
+    quantization: str | None = None  # "int8" when served with --quantization int8 (not in TEI's /info)
     model_type: ModelType
     model_architecture: str  # config.json's architecture that wde serves it as (not in TEI's /info)
     max_concurrent_requests: int

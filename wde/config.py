@@ -18,6 +18,8 @@ SCORE_ACTIVATIONS = ("sigmoid", "softmax", "tanh", "identity")
 PAIR_TRUNCATIONS = ("longest_first", "only_second")
 CUDA_GRAPH_MODES = ("none", "eager", "lazy", "idle")
 DENSE_ACTIVATIONS = ("identity", "tanh", "sigmoid", "relu", "gelu")
+# Post-load weight quantization methods (wde.layers.quantization.quantize.QUANTIZERS implements them).
+QUANTIZATIONS = ("int8",)
 
 
 @dataclass
@@ -72,6 +74,8 @@ class ModelConfig:
     # document=); the text after {document} is kept when an over-long input is cut. None: a tokenizer pair.
     pair_template: str | None = None
     pair_instruction: str | None = None  # the {instruction} unless a request names its own
+    # None: the checkpoint's weights as they are; "int8": int8 block linears (CPU, float32 only)
+    quantization: str | None = None
 
     @property
     def max_position_embeddings(self) -> int:
@@ -122,6 +126,8 @@ class ModelConfig:
                 f"default_prompt_name {self.default_prompt_name!r} is not among the model's prompts "
                 f"{sorted(self.prompts)}"
             )
+        if self.quantization is not None and self.quantization not in QUANTIZATIONS:
+            raise ValueError(f"quantization {self.quantization!r} is not one of {QUANTIZATIONS}")
         self.pooling.verify()
         self._verify_dense_layers()
 
@@ -196,6 +202,21 @@ class EngineConfig:
             raise ValueError(
                 "dtype 'float16' on device 'cpu' is slow and inexact on CPU; "
                 "pass --dtype bfloat16 or --dtype float32"
+            )
+        self._verify_quantization()
+
+    def _verify_quantization(self) -> None:
+        method, dtype = self.model_config.quantization, self.model_config.dtype
+        device = self.device_config.device
+        if method == "int8" and device != "cpu":
+            raise ValueError(
+                f"quantization 'int8' runs on CPU only (device {device!r}); on CUDA use --dtype float16 or "
+                "bfloat16, or pass --device cpu"
+            )
+        if method == "int8" and dtype != "float32":
+            raise ValueError(
+                f"quantization 'int8' computes in float32 between its int8 matmuls; dtype {dtype!r} is not "
+                "supported with it: pass --dtype float32 (the CPU default)"
             )
 
 

@@ -57,6 +57,7 @@ class EngineArgs:
     score_activation: str | None = None  # cross-encoders: sigmoid, softmax, tanh, identity (default: model's)
     pair_truncation: str = "longest_first"  # cross-encoders: longest_first or only_second (keep the query)
     score_instruction: str | None = None  # LLM rerankers (Qwen3-Reranker): the pair template's {instruction}
+    quantization: str | None = None  # "int8": int8 weights and activations in the blocks' linears (CPU)
 
     @classmethod
     def field_names(cls) -> list[str]:
@@ -122,6 +123,7 @@ class EngineArgs:
                 pair_truncation=self.pair_truncation,
                 pair_template=pair_template,
                 pair_instruction=self.score_instruction or getattr(model_cls, "default_instruction", None),
+                quantization=self.quantization,
             ),
             scheduler_config=SchedulerConfig(
                 max_num_batched_tokens=max_num_batched_tokens,

@@ -46,6 +46,7 @@ def describe(state: AppState) -> dict:
         "model_id": state.served_model_name,
         "model_sha": None,
         "model_dtype": model_config.dtype,
+        "quantization": model_config.quantization,
         "model_type": _model_type(model_config),
         "model_architecture": model_config.architecture,
         "max_concurrent_requests": state.settings.max_concurrent_requests,

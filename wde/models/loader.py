@@ -14,6 +14,7 @@ from wde.config import ModelConfig
 from wde.layers.attention.backend import AttentionBackend
 from wde.layers.attention.layer import attention_specs, bind_attention_backend
 from wde.layers.attention.spec import AttentionSpec
+from wde.layers.quantization.quantize import quantize_model
 from wde.models.model_files import check_model_files, weight_files
 from wde.models.registry import resolve_architecture
 
@@ -51,4 +52,8 @@ def load_model(
     model = model.to_empty(device=device).to(dtype)
     # 3. copy the checkpoint in
     model.load_weights(iterate_weights(model_config.model))
+    # 4. quantize the blocks' weights when asked to
+    if model_config.quantization is not None:
+        num_layers = quantize_model(model, model_config.quantization)
+        logger.info("quantization %s: %d linear layers", model_config.quantization, num_layers)
     return model.eval()

@@ -67,16 +67,22 @@ class ModelRunnerBase:
                     "leave --compile-model off"
                 )
             self.model.compile_blocks()  # compiled on the first batches (the profile run warms it up)
-        num_params = sum(p.numel() for p in self.model.parameters())
-        self.weight_bytes = sum(p.numel() * p.element_size() for p in self.model.parameters())
+        elif self.model_config.quantization is not None and hasattr(self.model, "compile_blocks"):
+            # int8 blocks gain most when the activation is fused with the next layer's quantization
+            self.model.compile_blocks()
+        # weights: parameters, and the buffers that quantized layers keep their weights in
+        tensors = [*self.model.parameters(), *self.model.buffers()]
+        num_params = sum(t.numel() for t in tensors)
+        self.weight_bytes = sum(t.numel() * t.element_size() for t in tensors)
         logger.info(
-            "loaded %s (%s, %.1fM params) in %.2fs on %s in %s, attention backend %s",
+            "loaded %s (%s, %.1fM params) in %.2fs on %s in %s%s, attention backend %s",
             self.model_config.architecture,
             self.model_config.model,
             num_params / 1e6,
             time.perf_counter() - start,
             self.device,
             self.model_config.dtype,
+            f" + {self.model_config.quantization}" if self.model_config.quantization else "",
             self.attn_backend_cls.name,
         )
 

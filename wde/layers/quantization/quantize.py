@@ -1,0 +1,45 @@
+"""Post-load weight quantization of a model, one entry per method in ``QUANTIZERS``.
+
+What gets quantized is chosen by structure, not by name, so that every family works without a line of its
+own: the linear layers inside the model's repeated blocks (any ``nn.ModuleList``: BERT's ``encoder.layer``,
+Qwen3's ``layers``), where nearly all of the FLOPs are. Embeddings, poolers, classifier heads and
+sentence-transformers Dense heads keep their float weights: they cost little and their outputs are the
+answer itself.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from torch import nn
+
+from wde.layers.quantization.int8_linear import Int8Linear
+
+
+def block_linears(model: nn.Module) -> list[tuple[nn.Module, str, nn.Linear]]:
+    """(parent module, attribute name, linear) for every ``nn.Linear`` inside an ``nn.ModuleList``."""
+    found: dict[int, tuple[nn.Module, str, nn.Linear]] = {}
+    for block_list in (m for m in model.modules() if isinstance(m, nn.ModuleList)):
+        for parent in block_list.modules():
+            for name, child in parent.named_children():
+                if isinstance(child, nn.Linear):
+                    found[id(child)] = (parent, name, child)
+    return list(found.values())
+
+
+def quantize_int8(model: nn.Module) -> int:
+    """Swap the block linears for ``Int8Linear`` in place; returns how many were swapped."""
+    linears = block_linears(model)
+    for parent, name, linear in linears:
+        setattr(parent, name, Int8Linear.from_linear(linear))
+    return len(linears)
+
+
+QUANTIZERS: dict[str, Callable[[nn.Module], int]] = {"int8": quantize_int8}
+
+
+def quantize_model(model: nn.Module, method: str) -> int:
+    """Quantize ``model`` in place with ``method`` (a key of ``QUANTIZERS``); returns the layers changed."""
+    if method not in QUANTIZERS:
+        raise ValueError(f"quantization {method!r} is not one of {sorted(QUANTIZERS)}")
+    return QUANTIZERS[method](model)
