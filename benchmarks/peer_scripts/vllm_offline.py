@@ -7,7 +7,9 @@ Reads a JSON list of texts, builds ``LLM(runner="pooling")``, embeds a warm-up s
 "num_prompt_tokens": N, "vllm_version": "..."}`` (vLLM's own log lines come before and after it). Texts
 longer than ``--max-model-len`` tokens are truncated, as wde and sentence-transformers do.
 ``benchmarks.peers`` sets ``VLLM_CPU_OMP_THREADS_BIND``, ``VLLM_CPU_NUM_OF_RESERVED_CPU`` and
-``VLLM_HOST_IP=127.0.0.1``.
+``VLLM_HOST_IP=127.0.0.1``. With ``--embeddings-dir DIR`` the last timed pass's embeddings go to
+``DIR/texts.npy`` and, with ``--extra-texts FILE`` (a JSON list), those texts' embeddings (untimed) to
+``DIR/extra.npy``: the bench's quality columns.
 """
 
 from __future__ import annotations
@@ -28,6 +30,8 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--max-model-len", type=int, default=256)
     parser.add_argument("--warmup", type=int, default=64, help="texts embedded once before timing")
+    parser.add_argument("--embeddings-dir", default=None, help="write texts.npy (and extra.npy) here")
+    parser.add_argument("--extra-texts", default=None, help="JSON list of texts embedded after the timing")
     parser.add_argument(
         "--memory-utilization",
         type=float,
@@ -57,6 +61,12 @@ def main() -> None:
         start = time.perf_counter()
         outputs = llm.embed(texts, use_tqdm=False, tokenization_kwargs=dict(tokenization))
         seconds.append(time.perf_counter() - start)
+    if args.embeddings_dir:
+        save_embeddings(Path(args.embeddings_dir) / "texts.npy", outputs)
+        if args.extra_texts:
+            extra = json.loads(Path(args.extra_texts).read_text(encoding="utf-8"))
+            extra_outputs = llm.embed(extra, use_tqdm=False, tokenization_kwargs=dict(tokenization))
+            save_embeddings(Path(args.embeddings_dir) / "extra.npy", extra_outputs)
     result = {
         "seconds": seconds,
         "num_texts": len(outputs),
@@ -65,6 +75,12 @@ def main() -> None:
     }
     print(json.dumps(result), flush=True)
     llm.llm_engine.engine_core.shutdown()  # stop the engine-core process before interpreter teardown
+
+
+def save_embeddings(path: Path, outputs: list) -> None:
+    import numpy as np
+
+    np.save(path, np.asarray([output.outputs.embedding for output in outputs], dtype=np.float32))
 
 
 if __name__ == "__main__":
