@@ -34,7 +34,7 @@ import numpy as np
 
 from benchmarks import peers, st_peers
 from benchmarks.cpu_info import cpu_flags, cpu_model, isa_flags, onnx_int8_config
-from benchmarks.dataset import load_texts, shared_data_path
+from benchmarks.dataset import BenchmarkDataError, load_texts, shared_data_path
 from benchmarks.flops import encoder_flops, matmul_peak_gflops
 from benchmarks.interleave import InProcessSystem, System, time_interleaved
 from benchmarks.quality import Quality, RerankSet, quality, quality_cells, rerank_set
@@ -204,6 +204,8 @@ def calibration(parser: argparse.ArgumentParser, args: argparse.Namespace, texts
         return None
     try:
         chosen = st_peers.calibration_texts(load_texts(args.calibration_data), texts)
+    except BenchmarkDataError as e:
+        parser.error(f"st-openvino-int8 calibration texts (--calibration-data): {e}")
     except ValueError as e:
         parser.error(str(e))
     return st_peers.write_calibration(chosen)
