@@ -17,7 +17,7 @@ float32 peak (no int8 peak is measured).
 
     python -m benchmarks.offline --data ../shared/data/docs.jsonl
     python -m benchmarks.offline --limit 2000 --quantization none --quantization int8 \\
-        --peer st-onnx --peer st-onnx-int8 --peer st-openvino --peer st-openvino-int8
+        --peer st-onnx --peer st-onnx-int8 --peer st-openvino --peer st-openvino-f32 --peer st-openvino-int8
 """
 
 from __future__ import annotations
@@ -136,8 +136,10 @@ def build_parser() -> argparse.ArgumentParser:
         default=[],
         choices=peers.PEER_NAMES,
         help="also time a peer engine from its own venv (repeatable): infinity (`make peer-infinity`), "
-        "vllm (`make peer-vllm`), st-onnx and st-onnx-int8 (`make peer-st-onnx`), st-openvino and "
-        "st-openvino-int8 (`make peer-st-openvino`)",
+        "vllm (`make peer-vllm`), st-onnx and st-onnx-int8 (`make peer-st-onnx`), st-openvino (OpenVINO's "
+        "default precision hint: bf16 on CPUs with native bf16), st-openvino-f32 (float32 forced) and "
+        "st-openvino-int8 / st-openvino-int8-f32 (static int8; default / f32 hint for the rest) "
+        "(`make peer-st-openvino`)",
     )
     return parser
 
@@ -200,7 +202,7 @@ def read_rerank(path: str, limit: int | None) -> RerankSet | None:
 
 def calibration(parser: argparse.ArgumentParser, args: argparse.Namespace, texts: list[str]) -> dict | None:
     """The st-openvino-int8 calibration set written to the cache (None when that peer is not asked for)."""
-    if "st-openvino-int8" not in args.peer:
+    if not any(name.startswith("st-openvino-int8") for name in args.peer):
         return None
     try:
         chosen = st_peers.calibration_texts(load_texts(args.calibration_data), texts)

@@ -36,7 +36,16 @@ from benchmarks.subprocess_server import free_port, serving
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 VLLM_RUNNER = REPO_ROOT / "benchmarks" / "peer_scripts" / "vllm_offline.py"
-PEER_NAMES = ("infinity", "vllm", "st-onnx", "st-onnx-int8", "st-openvino", "st-openvino-int8")
+PEER_NAMES = (
+    "infinity",
+    "vllm",
+    "st-onnx",
+    "st-onnx-int8",
+    "st-openvino",
+    "st-openvino-f32",
+    "st-openvino-int8",
+    "st-openvino-int8-f32",
+)
 SEQUENTIAL_PEERS = ("infinity", "vllm")  # started, timed and stopped one at a time
 
 INFINITY_STARTUP_TIMEOUT_S = 300.0
@@ -64,7 +73,9 @@ PEERS = {
     "st-onnx": Peer(".venv-st-onnx", "bin/python", "peer-st-onnx"),
     "st-onnx-int8": Peer(".venv-st-onnx", "bin/python", "peer-st-onnx"),
     "st-openvino": Peer(".venv-st-openvino", "bin/python", "peer-st-openvino"),
+    "st-openvino-f32": Peer(".venv-st-openvino", "bin/python", "peer-st-openvino"),
     "st-openvino-int8": Peer(".venv-st-openvino", "bin/python", "peer-st-openvino"),
+    "st-openvino-int8-f32": Peer(".venv-st-openvino", "bin/python", "peer-st-openvino"),
 }
 
 

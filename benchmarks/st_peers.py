@@ -42,13 +42,18 @@ LOG_TAIL_CHARS = 3000
 class StPeer:
     backend: str  # onnx or openvino
     int8: bool
+    # OpenVINO's INFERENCE_PRECISION_HINT: None keeps its default, which is bf16 on CPUs with native bf16
+    # (AVX512_BF16, AMX), so that its "float32" model is not exact there; "f32" forces float32.
+    precision_hint: str | None = None
 
 
 ST_PEERS = {
     "st-onnx": StPeer("onnx", False),
     "st-onnx-int8": StPeer("onnx", True),
     "st-openvino": StPeer("openvino", False),
+    "st-openvino-f32": StPeer("openvino", False, "f32"),
     "st-openvino-int8": StPeer("openvino", True),
+    "st-openvino-int8-f32": StPeer("openvino", True, "f32"),
 }
 
 
@@ -108,6 +113,8 @@ def load_command(
         "batch_size": batch_size,
         "cache_dir": str(model_cache_dir(model)),
     }
+    if peer.precision_hint is not None:
+        command["precision_hint"] = peer.precision_hint
     if peer.int8 and peer.backend == "onnx":
         command["onnx_config"] = onnx_int8_config(cpu_flags() if flags is None else flags)
     if peer.int8 and peer.backend == "openvino":

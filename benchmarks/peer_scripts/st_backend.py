@@ -103,6 +103,9 @@ def _check_load(command: dict[str, Any]) -> None:
         raise ProtocolError(f"load: backend must be one of {BACKENDS}, got {command['backend']!r}")
     if command["threads"] < 1 or command["batch_size"] < 1:
         raise ProtocolError("load: threads and batch_size must be at least 1")
+    if command.get("precision_hint") not in (None, "f32", "bf16", "f16"):
+        hint = command["precision_hint"]
+        raise ProtocolError(f"load: precision_hint must be f32, bf16 or f16, got {hint!r}")
     if command["int8"] and command["backend"] == "onnx" and command.get("onnx_config") not in ONNX_CONFIGS:
         raise ProtocolError(f"load: ONNX int8 needs onnx_config, one of {ONNX_CONFIGS}")
     calibration = command.get("calibration")
@@ -196,7 +199,7 @@ class Worker:
         file = self._ensure_base_export(folder, backend)
         if command["int8"]:
             file = self._ensure_int8_export(folder, command)
-        self.model = _load(folder, backend, file, threads)
+        self.model = _load(folder, backend, file, threads, command.get("precision_hint"))
         self.batch_size = command["batch_size"]
         versions = _versions(backend)
         return {"label": _label(command, versions), "file": str(folder / file), "versions": versions}
@@ -250,7 +253,7 @@ class Worker:
         return {"num_texts": len(embeddings)}
 
 
-def _load(folder: Path, backend: str, file: str, threads: int) -> Any:
+def _load(folder: Path, backend: str, file: str, threads: int, precision_hint: str | None = None) -> Any:
     from sentence_transformers import SentenceTransformer
 
     if backend == "onnx":
@@ -261,7 +264,10 @@ def _load(folder: Path, backend: str, file: str, threads: int) -> Any:
         options.inter_op_num_threads = 1
         kwargs = {"file_name": file, "provider": "CPUExecutionProvider", "session_options": options}
     else:
-        kwargs = {"file_name": file, "ov_config": {"INFERENCE_NUM_THREADS": threads}}
+        ov_config: dict[str, Any] = {"INFERENCE_NUM_THREADS": threads}
+        if precision_hint is not None:
+            ov_config["INFERENCE_PRECISION_HINT"] = precision_hint
+        kwargs = {"file_name": file, "ov_config": ov_config}
     return SentenceTransformer(str(folder), backend=backend, device="cpu", model_kwargs=kwargs)
 
 
@@ -308,6 +314,8 @@ def _label(command: dict[str, Any], versions: dict[str, str]) -> str:
         engine = f"OpenVINO {versions.get('openvino', '?')}"
         num = command["calibration"]["num_samples"] if command["int8"] else 0
         precision = f"int8 (static, {num} calibration texts)" if command["int8"] else "float32"
+        hint = command.get("precision_hint")
+        precision += f" (INFERENCE_PRECISION_HINT {hint})" if hint else " (default precision hint)"
     return f"{st} {engine} {precision} (batch {command['batch_size']})"
 
 

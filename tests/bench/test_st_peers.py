@@ -154,6 +154,14 @@ def test_load_commands_parse(tmp_path: Path) -> None:
     assert st_peers.load_command("st-onnx-int8", str(tmp_path), 2, 32, None, flags=vnni)["onnx_config"] == (
         "avx512_vnni"
     )
+    # OpenVINO runs its non-int8 parts in bf16 by default where the CPU has bf16: the -f32 peers force float32
+    f32 = st_peers.load_command("st-openvino-f32", str(tmp_path), 2, 32, None, flags=vnni)
+    assert f32["precision_hint"] == "f32" and "precision_hint" not in st_peers.load_command(
+        "st-openvino", str(tmp_path), 2, 32, None, flags=vnni
+    )
+    assert st_peers.load_command("st-openvino-int8-f32", str(tmp_path), 2, 32, calibration)["int8"] is True
+    with pytest.raises(ProtocolError, match="precision_hint must be"):
+        parse_command(line({**LOAD, "precision_hint": "int4"}))
 
 
 def test_bench_refuses_st_peers_in_bfloat16(
