@@ -33,11 +33,11 @@ from server.middleware.http_metrics import HttpMetricsMiddleware
 from server.middleware.request_body import RequestBodyMiddleware
 from server.openapi import install_openapi
 from server.responses import ORJSONResponse
-from server.routes import compat, embed, info, metrics, openai, predict, rerank, tokenize
+from server.routes import compat, embed, embed_sparse, info, metrics, openai, predict, rerank, tokenize
 from server.settings import ServerSettings
 from wde.engine.async_llm_engine import AsyncLLMEngine
 
-ROUTE_MODULES = (info, embed, rerank, predict, tokenize, openai, metrics, compat)
+ROUTE_MODULES = (info, embed, embed_sparse, rerank, predict, tokenize, openai, metrics, compat)
 
 
 def create_app(engine: AsyncLLMEngine, settings: ServerSettings | None = None) -> FastAPI:

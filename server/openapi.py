@@ -2,10 +2,10 @@
 
 FastAPI's schema documents 200 and 422 only, and knows nothing of the served model. This adds, per route,
 the error statuses the server answers (in the route family's error shape: TEI's or OpenAI's) and, once
-the model is loaded, the model's own limits: only the routes of its task, its prompt names, its hidden
-size for ``dimensions``, its vocabulary for token ids, --max-client-batch-size for lists, and the bodies
-TEI's ``POST /`` takes for it. Generated clients and schemathesis' positive cases then send what the
-server accepts. The complete schema is built once, after the model is loaded.
+the model is loaded, the model's own limits: only the routes of its task and output kinds, its prompt
+names, its hidden size for ``dimensions``, its vocabulary for token ids, --max-client-batch-size for lists,
+and the bodies TEI's ``POST /`` takes for it. Generated clients and schemathesis' positive cases then send
+what the server accepts. The complete schema is built once, after the model is loaded.
 """
 
 from __future__ import annotations
@@ -18,14 +18,15 @@ from fastapi.openapi.utils import get_openapi
 from server.app_state import AppState
 from server.errors import is_openai_path
 from server.protocol import OpenAIErrorResponse, TEIErrorResponse
-from server.routes.compat import ROOT_BODIES
+from server.routes.compat import root_bodies
 from wde.config import ModelConfig
 
 REF = "#/components/schemas/{model}"
 PUBLIC_PATHS = frozenset({"/health", "/metrics"})
 # The statuses every POST route may answer besides 200 and 422 (README's error table).
 POST_ERRORS = {
-    400: "an input is too long with truncation off, the body is not UTF-8, or the model serves another task",
+    400: "an input is too long with truncation off, the body is not UTF-8, or the model serves another task "
+    "or output kind",
     408: "the headers or the body arrived too slowly",
     413: "the body or the number of inputs is over the limit",
     429: "too many requests in flight; retry after Retry-After",
@@ -36,7 +37,11 @@ POST_ERRORS = {
 GET_ERRORS = {503: "the model is loading or the server is shutting down"}
 TASK_PATHS = {  # routes that only a model of the other task can serve
     "embed": {"/predict"},
-    "score": {"/embed", "/v1/embeddings"},
+    "score": {"/embed", "/v1/embeddings", "/embed_sparse"},
+}
+OUTPUT_PATHS = {  # an embedding model's routes that need an output kind (cosine rerank: dense vectors)
+    "dense": {"/embed", "/v1/embeddings", "/rerank", "/v1/rerank", "/v2/rerank"},
+    "sparse": {"/embed_sparse"},
 }
 
 
@@ -82,11 +87,11 @@ def _document_errors(schema: dict[str, Any], state: AppState) -> None:
 
 # ---- the model's limits ---------------------------------------------------------------------------------
 def _constrain_to_model(schema: dict[str, Any], model_config: ModelConfig, state: AppState) -> None:
-    # 1. only the routes of the model's task
-    for path in TASK_PATHS[model_config.task]:
+    # 1. only the routes of the model's task and output kinds
+    for path in TASK_PATHS[model_config.task] | _missing_output_paths(model_config):
         schema["paths"].pop(path, None)
     # 2. POST / and /invocations take the bodies of the model's routes
-    root_body = {"oneOf": [{"$ref": REF.format(model=name)} for name in ROOT_BODIES[model_config.task]]}
+    root_body = {"oneOf": [{"$ref": REF.format(model=name)} for name in root_bodies(model_config)]}
     for path in ("/", "/invocations"):
         operation = schema["paths"].get(path, {}).get("post")
         if operation is not None:
@@ -94,7 +99,7 @@ def _constrain_to_model(schema: dict[str, Any], model_config: ModelConfig, state
     # 3. fields whose valid values depend on the model and the server's limits
     components = schema["components"]["schemas"]
     limits = _Limits(model_config, state.settings.max_client_batch_size)
-    for name in ("EmbedRequest", "EmbeddingRequest", "TokenizeRequest"):
+    for name in ("EmbedRequest", "EmbedSparseRequest", "EmbeddingRequest", "TokenizeRequest"):
         properties = components.get(name, {}).get("properties", {})
         for field in ("inputs", "input"):
             if field in properties:
@@ -127,6 +132,17 @@ def _constrain_to_model(schema: dict[str, Any], model_config: ModelConfig, state
             properties = components.get(name, {}).get("properties", {})
             if "instruction" in properties:
                 properties["instruction"] = {"type": "null", "description": "this model takes no instruction"}
+
+
+def _missing_output_paths(model_config: ModelConfig) -> set[str]:
+    """An embedding model's routes for output kinds it does not produce (a SPLADE model: no /embed)."""
+    if model_config.task != "embed":
+        return set()
+    paths: set[str] = set()
+    for kind, kind_paths in OUTPUT_PATHS.items():
+        if kind not in model_config.outputs:
+            paths |= kind_paths
+    return paths
 
 
 def _document_structured_documents(cohere: dict[str, Any]) -> None:

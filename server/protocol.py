@@ -120,6 +120,24 @@ class EmbedRequest(RequestModel):
     dimensions: Dimensions | None = None
 
 
+class EmbedSparseRequest(RequestModel):
+    """TEI ``POST /embed_sparse``: SPLADE vocabulary weights per input (``max_active_dims`` is wde's: keep the
+    largest weights only, as sentence-transformers' SparseEncoder.encode does)."""
+
+    inputs: Inputs
+    truncate: StrictBool | None = Field(None, description="null: the server's --truncate default")
+    truncation_direction: TruncationDirection = "right"
+    prompt_name: str | None = None
+    max_active_dims: PositiveInt | None = Field(
+        None, description="keep each input's N largest weights (null: the model's max_active_dims, else all)"
+    )
+
+
+class SparseValue(BaseModel):
+    index: int  # token id
+    value: float  # its weight (> 0)
+
+
 class TokenizeRequest(RequestModel):
     inputs: Annotated[
         list[Any],
@@ -218,7 +236,7 @@ class SimpleToken(BaseModel):
 
 
 class EmbeddingModelType(BaseModel):
-    pooling: str
+    pooling: str  # TEI's names: cls, mean, max, last_token, or splade (a SPLADE model: sparse output)
 
 
 class ClassifierModelType(BaseModel):
@@ -241,6 +259,7 @@ class InfoResponse(BaseModel):
     quantization: str | None = None  # "int8" when served with --quantization int8 (not in TEI's /info)
     model_type: ModelType
     model_architecture: str  # config.json's architecture that wde serves it as (not in TEI's /info)
+    outputs: list[str]  # an embedding model's output kinds ("dense", "sparse"), default first (not in TEI's)
     max_concurrent_requests: int
     max_input_length: int
     max_batch_tokens: int

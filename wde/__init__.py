@@ -4,7 +4,7 @@ from wde.engine.llm import LLM
 from wde.engine.llm_engine import LLMEngine
 from wde.engine_args import EngineArgs
 from wde.inputs import PoolingParams, TextPrompt, TokensPrompt
-from wde.outputs import EmbeddingOutput, ErrorOutput
+from wde.outputs import EmbeddingOutput, ErrorOutput, SparseEmbeddingOutput
 
 __version__ = "0.1.0"
 
@@ -15,6 +15,7 @@ __all__ = [
     "ErrorOutput",
     "LLMEngine",
     "PoolingParams",
+    "SparseEmbeddingOutput",
     "TextPrompt",
     "TokensPrompt",
     "__version__",

@@ -18,6 +18,10 @@ SCORE_ACTIVATIONS = ("sigmoid", "softmax", "tanh", "identity")
 PAIR_TRUNCATIONS = ("longest_first", "only_second")
 CUDA_GRAPH_MODES = ("none", "eager", "lazy", "idle")
 DENSE_ACTIVATIONS = ("identity", "tanh", "sigmoid", "relu", "gelu")
+# What an embedding model hands back per text: a pooled vector, vocabulary weights (SPLADE), token vectors.
+OUTPUT_KINDS = ("dense", "sparse", "multi_vector")
+SPARSE_POOLINGS = ("max", "sum")  # sentence-transformers' SpladePooling pooling_strategy
+SPARSE_ACTIVATIONS = ("relu", "log1p_relu")  # SpladePooling activation_function
 # Post-load weight quantization methods (wde.layers.quantization.quantize.QUANTIZERS implements them).
 QUANTIZATIONS = ("int8",)
 
@@ -52,6 +56,28 @@ class DenseConfig:
 
 
 @dataclass
+class SparseConfig:
+    """SPLADE: ``log(1 + relu(mlm_logits))`` (once more log1p for ``log1p_relu``) pooled over each text's
+    tokens by ``pooling``; ``max_active_dims`` keeps the largest weights only (None: all non-zero ones)."""
+
+    pooling: str = "max"
+    activation: str = "relu"
+    max_active_dims: int | None = None
+
+    def verify(self) -> None:
+        if self.pooling not in SPARSE_POOLINGS:
+            raise ValueError(
+                f"SpladePooling pooling_strategy {self.pooling!r} is not one of {SPARSE_POOLINGS}"
+            )
+        if self.activation not in SPARSE_ACTIVATIONS:
+            raise ValueError(
+                f"SpladePooling activation_function {self.activation!r} is not one of {SPARSE_ACTIVATIONS}"
+            )
+        if self.max_active_dims is not None and self.max_active_dims < 1:
+            raise ValueError(f"max_active_dims ({self.max_active_dims}) must be >= 1")
+
+
+@dataclass
 class ModelConfig:
     model: str
     tokenizer: str
@@ -76,6 +102,9 @@ class ModelConfig:
     pair_instruction: str | None = None  # the {instruction} unless a request names its own
     # None: the checkpoint's weights as they are; "int8": int8 block linears (CPU, float32 only)
     quantization: str | None = None
+    # embed task: the output kinds served (OUTPUT_KINDS), the first is a request's default; sparse: SPLADE's
+    outputs: tuple[str, ...] = ("dense",)
+    sparse: SparseConfig | None = None
 
     @property
     def max_position_embeddings(self) -> int:
@@ -130,6 +159,18 @@ class ModelConfig:
             raise ValueError(f"quantization {self.quantization!r} is not one of {QUANTIZATIONS}")
         self.pooling.verify()
         self._verify_dense_layers()
+        self._verify_outputs()
+
+    def _verify_outputs(self) -> None:
+        unknown = [kind for kind in self.outputs if kind not in OUTPUT_KINDS]
+        if not self.outputs or unknown:
+            raise ValueError(f"outputs {list(self.outputs)} must be one or more of {OUTPUT_KINDS}")
+        if ("sparse" in self.outputs) != (self.sparse is not None):
+            raise ValueError(
+                "a model serves sparse output exactly when it has a SparseConfig (SPLADE pooling)"
+            )
+        if self.sparse is not None:
+            self.sparse.verify()
 
     def _verify_dense_layers(self) -> None:
         size, source = self.hidden_size, "the model's hidden size"

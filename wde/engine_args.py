@@ -16,6 +16,7 @@ from wde.config import (
     ModelConfig,
     PoolingConfig,
     SchedulerConfig,
+    SparseConfig,
     max_positions,
     num_labels,
 )
@@ -98,6 +99,7 @@ class EngineArgs:
             platform.default_max_num_batched_tokens, max_model_len
         )
         pooling = st_metadata.pooling or _default_pooling(model_cls)
+        outputs, sparse = _resolve_outputs(model_cls, architecture, st_metadata, hf_config, model_path)
         if self.pooling is not None:
             pooling.method = self.pooling
         if self.normalize is not None:
@@ -124,6 +126,8 @@ class EngineArgs:
                 pair_template=pair_template,
                 pair_instruction=self.score_instruction or getattr(model_cls, "default_instruction", None),
                 quantization=self.quantization,
+                outputs=outputs,
+                sparse=sparse,
             ),
             scheduler_config=SchedulerConfig(
                 max_num_batched_tokens=max_num_batched_tokens,
@@ -196,6 +200,32 @@ def _default_pooling(model_cls: type) -> PoolingConfig:
     if default is None:
         return PoolingConfig(method="cls", normalize=True)
     return dataclasses.replace(default)
+
+
+def _resolve_outputs(
+    model_cls: type, architecture: str, st_metadata: Any, hf_config: dict[str, Any], model_path: str
+) -> tuple[tuple[str, ...], SparseConfig | None]:
+    """The output kinds a model serves: what its sentence-transformers modules produce (a SparseEncoder's
+    SpladePooling: sparse), else what its class can (``supported_outputs``; the first is the default)."""
+    supported: tuple[str, ...] = getattr(model_cls, "supported_outputs", ("dense",))
+    outputs = st_metadata.outputs or supported
+    missing = [kind for kind in outputs if kind not in supported]
+    if missing:
+        raise ValueError(
+            f"{model_path}/modules.json asks for {', '.join(missing)} output, which {architecture} cannot "
+            f"produce (it serves {', '.join(supported)}); SPLADE needs a masked-LM checkpoint "
+            "(BertForMaskedLM, DistilBertForMaskedLM in config.json architectures)"
+        )
+    if "sparse" not in outputs:
+        return outputs, None
+    sparse = st_metadata.sparse or SparseConfig()
+    dimension, vocab_size = st_metadata.sparse_dimension, int(hf_config["vocab_size"])
+    if dimension is not None and dimension != vocab_size:
+        raise ValueError(
+            f"{model_path}: SpladePooling's embedding_dimension ({dimension}) is not the vocabulary size in "
+            f"config.json ({vocab_size}); the modules do not belong to this checkpoint"
+        )
+    return outputs, sparse
 
 
 def _reranker_config(

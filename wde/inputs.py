@@ -7,6 +7,8 @@ from typing import TYPE_CHECKING, TypedDict
 
 from typing_extensions import NotRequired
 
+from wde.config import OUTPUT_KINDS
+
 if TYPE_CHECKING:
     from wde.config import ModelConfig
 
@@ -39,8 +41,15 @@ class PoolingParams:
     prompt_name: str | None = None
     raw_scores: bool = False  # score task: return logits instead of activated scores
     instruction: str | None = None  # score task of an LLM reranker: its template's {instruction}
+    # embed task: "dense" (a pooled vector), "sparse" (SPLADE's vocabulary weights); None: the model's first
+    output: str | None = None
+    max_active_dims: int | None = None  # sparse output: keep the largest weights only (None: the model's)
+
+    def output_kind(self, model_config: ModelConfig) -> str:
+        return self.output or model_config.outputs[0]
 
     def verify(self, model_config: ModelConfig) -> None:
+        self._verify_output(model_config)
         if self.dimensions is not None:
             if isinstance(self.dimensions, bool) or not isinstance(self.dimensions, int):
                 raise TypeError(f"dimensions must be an int, got {type(self.dimensions).__name__}")
@@ -79,3 +88,23 @@ class PoolingParams:
                 f"{model_config.architecture} is an embedding model (task 'embed'): it has no classifier "
                 "logits; raw_scores needs a cross-encoder (supported tasks here: embed, cosine score)"
             )
+
+    def _verify_output(self, model_config: ModelConfig) -> None:
+        """The output kind is known and the options fit it (whether the model serves it is the task's check,
+        which names what it serves)."""
+        if self.output is not None and self.output not in OUTPUT_KINDS:
+            raise ValueError(f"output {self.output!r} is not one of {', '.join(OUTPUT_KINDS)}")
+        if self.max_active_dims is not None and (
+            isinstance(self.max_active_dims, bool)
+            or not isinstance(self.max_active_dims, int)
+            or self.max_active_dims < 1
+        ):
+            raise ValueError(f"max_active_dims must be a positive int, got {self.max_active_dims!r}")
+        kind = self.output_kind(model_config)
+        if kind == "sparse" and (self.dimensions is not None or self.normalize is not None):
+            raise ValueError(
+                "dimensions and normalize apply to dense output; sparse output is SPLADE's vocabulary "
+                "weights (prune them with max_active_dims)"
+            )
+        if kind != "sparse" and self.max_active_dims is not None:
+            raise ValueError(f"max_active_dims applies to sparse output, not to {kind!r} output")

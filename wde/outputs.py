@@ -40,6 +40,46 @@ class EmbeddingOutput:
 
 
 @dataclass
+class SparseVector:
+    """One text's non-zero vocabulary weights (SPLADE), in ascending token-id order: what the sparse pooler
+    hands the engine for each text."""
+
+    indices: np.ndarray  # [num_active] int64 token ids
+    values: np.ndarray  # [num_active] float32 weights, > 0
+
+
+@dataclass
+class SparseEmbeddingOutput:
+    """A text's sparse embedding: the non-zero (token id, weight) pairs, ascending by token id.
+    ``tokens`` (the token strings of ``indices``) is filled when decoding was asked for."""
+
+    request_id: str
+    indices: np.ndarray  # [num_active] int64
+    values: np.ndarray  # [num_active] float32
+    num_tokens: int
+    metrics: RequestMetrics | None = None
+    tokens: list[str] | None = None
+
+    def to_dict(self) -> dict[int, float]:
+        """``{token_id: weight}``."""
+        return dict(zip(self.indices.tolist(), self.values.tolist(), strict=True))
+
+    def decoded(self) -> list[tuple[str, float]]:
+        """(token, weight) pairs by descending weight, as ``SparseEncoder.decode``; needs ``tokens``
+        (``LLM.encode(..., decode=True)``)."""
+        if self.tokens is None:
+            raise ValueError("this output has no tokens; encode with decode=True")
+        order = np.argsort(-self.values, kind="stable")
+        return [(self.tokens[i], float(self.values[i])) for i in order]
+
+    def __repr__(self) -> str:
+        return (
+            f"SparseEmbeddingOutput(request_id={self.request_id!r}, num_tokens={self.num_tokens}, "
+            f"num_active={self.indices.shape[0]})"
+        )
+
+
+@dataclass
 class ScoreOutput:
     """A (text_1, text_2) pair's score: the classifier's activated logits (all labels), or cosine similarity
     for an embedding model."""
@@ -78,4 +118,4 @@ class ErrorOutput:
     is_input_error: bool = True
 
 
-RequestOutput = EmbeddingOutput | ScoreOutput | ErrorOutput
+RequestOutput = EmbeddingOutput | SparseEmbeddingOutput | ScoreOutput | ErrorOutput

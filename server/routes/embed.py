@@ -24,6 +24,7 @@ async def embed(body: EmbedRequest, request: Request) -> ORJSONResponse:
         dimensions=body.dimensions,
         truncate=body.truncate,
         prompt_name=body.prompt_name,
+        output="dense",  # a SPLADE model answers 400 naming POST /embed_sparse
     )
     outputs = await state.engine.encode(body.inputs, params)
     record_usage(request.state, len(outputs), sum(output.num_tokens for output in outputs))

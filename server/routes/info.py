@@ -49,6 +49,7 @@ def describe(state: AppState) -> dict:
         "quantization": model_config.quantization,
         "model_type": _model_type(model_config),
         "model_architecture": model_config.architecture,
+        "outputs": list(model_config.outputs) if model_config.task == "embed" else [],
         "max_concurrent_requests": state.settings.max_concurrent_requests,
         "max_input_length": model_config.max_model_len,
         "max_batch_tokens": scheduler_config.max_num_batched_tokens,
@@ -71,11 +72,14 @@ _TEI_POOLING = {"cls": "cls", "mean": "mean", "last": "last_token", "max": "max"
 
 def _model_type(model_config) -> dict:
     """TEI's model_type: a one-label cross-encoder is a "reranker", a classifier of several labels a
-    "classifier" (both with id2label and label2id); anything else an "embedding" model."""
+    "classifier" (both with id2label and label2id); anything else an "embedding" model, whose pooling is
+    "splade" when its output is sparse (as TEI says of SPLADE models)."""
     if model_config.task == "score":
         id2label = model_config.hf_config.get("id2label") or {"0": "LABEL_0"}
         id2label = {str(key): str(value) for key, value in id2label.items()}
         label2id = {label: int(key) for key, label in id2label.items()}
         kind = "reranker" if model_config.num_labels == 1 else "classifier"
         return {kind: {"id2label": id2label, "label2id": label2id}}
+    if model_config.outputs[0] == "sparse":
+        return {"embedding": {"pooling": "splade"}}
     return {"embedding": {"pooling": _TEI_POOLING[model_config.pooling.method]}}

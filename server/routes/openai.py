@@ -25,7 +25,8 @@ async def create_embeddings(body: EmbeddingRequest, request: Request) -> ORJSONR
     if any(isinstance(item, dict) for item in body.input):
         state.warn_token_ids_once()
     # 2. the engine (bad input raises: 422 / 400); normalization: the model's default, as LLM.encode
-    outputs = await state.engine.encode(body.input, PoolingParams(dimensions=body.dimensions))
+    params = PoolingParams(dimensions=body.dimensions, output="dense")
+    outputs = await state.engine.encode(body.input, params)
     # 3. the response, vectors as float lists or base64 of little-endian float32
     encode = _base64 if body.encoding_format == "base64" else _identity
     num_tokens = sum(output.num_tokens for output in outputs)

@@ -31,12 +31,12 @@ from wde.engine.engine_thread import (
     StatsListener,
 )
 from wde.engine.llm_engine import LLMEngine
-from wde.engine.tasks import TaskNotSupportedError
+from wde.engine.tasks import OutputNotSupportedError, TaskNotSupportedError
 from wde.engine_args import EngineArgs
 from wde.inputs import PoolingParams, PromptType, TextPair
-from wde.outputs import EmbeddingOutput, RequestOutput, RerankResult, ScoreOutput
+from wde.outputs import EmbeddingOutput, RequestOutput, RerankResult, ScoreOutput, SparseEmbeddingOutput
 
-__all__ = ["AsyncLLMEngine", "TaskNotSupportedError"]
+__all__ = ["AsyncLLMEngine", "OutputNotSupportedError", "TaskNotSupportedError"]
 
 
 class AsyncLLMEngine:
@@ -118,12 +118,21 @@ class AsyncLLMEngine:
 
     # ---- tasks: the plans of wde/engine/tasks.py, driven with awaits --------------------------------
     async def encode(
-        self, prompts: PromptType | Sequence[PromptType], params: PoolingParams | None = None
-    ) -> list[EmbeddingOutput]:
-        """One embedding per prompt, in order. Raises the InputProcessor's ``TypeError`` / ``ValueError``
-        for bad input, ``InputTooLongError`` for an over-long input with truncation off,
+        self,
+        prompts: PromptType | Sequence[PromptType],
+        params: PoolingParams | None = None,
+        *,
+        decode: bool = False,
+    ) -> list[EmbeddingOutput | SparseEmbeddingOutput]:
+        """One embedding per prompt, in order: dense or sparse as ``params.output`` asks (the model's kind
+        when unset; ``decode`` adds a sparse output's token strings). Raises the InputProcessor's
+        ``TypeError`` / ``ValueError`` for bad input, ``OutputNotSupportedError`` for an output kind the
+        model lacks, ``InputTooLongError`` for an over-long input with truncation off,
         ``EngineUnavailableError`` while loading or shutting down."""
-        return await self._drive(tasks.encode(self.info.model_config, prompts, params or PoolingParams()))
+        info = self.info
+        tokenizer = info.tokenizer if decode else None
+        plan = tasks.encode(info.model_config, prompts, params or PoolingParams(), tokenizer)
+        return await self._drive(plan)
 
     async def score(
         self,

@@ -13,7 +13,7 @@ from wde.engine import tasks
 from wde.engine.llm_engine import LLMEngine
 from wde.engine_args import EngineArgs
 from wde.inputs import PoolingParams, PromptType, TextPair
-from wde.outputs import EmbeddingOutput, RequestOutput, RerankResult, ScoreOutput
+from wde.outputs import EmbeddingOutput, RequestOutput, RerankResult, ScoreOutput, SparseEmbeddingOutput
 
 
 class LLM:
@@ -43,18 +43,29 @@ class LLM:
         dimensions: int | None = None,
         truncate: bool | None = None,
         prompt_name: str | None = None,
+        output: str | None = None,
+        max_active_dims: int | None = None,
+        decode: bool = False,
         batch_size: int | None = None,
         show_progress: bool = False,
-    ) -> list[EmbeddingOutput]:
+    ) -> list[EmbeddingOutput | SparseEmbeddingOutput]:
         """Embed ``texts`` (a str, a list of str, or ``{"prompt": ...}`` / ``{"prompt_token_ids": ...}``).
 
-        Returns one ``EmbeddingOutput`` per input, in input order. ``batch_size`` caps the sequences of one
+        Returns one output per input, in input order: an ``EmbeddingOutput`` (``output="dense"``) or a
+        ``SparseEmbeddingOutput`` (``output="sparse"``: SPLADE's non-zero token ids and weights, the
+        ``max_active_dims`` largest when given; ``decode=True`` adds the token strings). Unset, ``output``
+        is the model's own kind (``model_config.outputs[0]``). ``batch_size`` caps the sequences of one
         forward pass (the token budget still applies). Raises ``ValueError`` / ``TypeError`` for bad input
-        before anything runs, and ``ValueError`` naming the input when one could not run (too long with
-        ``truncate=False``); the engine stays usable either way.
+        before anything runs (``OutputNotSupportedError`` names the kinds the model serves), and
+        ``ValueError`` naming the input when one could not run (too long with ``truncate=False``); the
+        engine stays usable either way.
         """
-        params = PoolingParams(normalize, dimensions, truncate, prompt_name)
-        return self._drive(tasks.encode(self.model_config, texts, params), batch_size, show_progress)
+        params = PoolingParams(
+            normalize, dimensions, truncate, prompt_name, output=output, max_active_dims=max_active_dims
+        )
+        tokenizer = self.engine.tokenizer.untruncated() if decode else None
+        plan = tasks.encode(self.model_config, texts, params, tokenizer)
+        return self._drive(plan, batch_size, show_progress)
 
     def score(
         self,

@@ -5,7 +5,15 @@ from __future__ import annotations
 import time
 
 from wde.engine.executor import BatchResult
-from wde.outputs import EmbeddingOutput, ErrorOutput, RequestMetrics, RequestOutput, ScoreOutput
+from wde.outputs import (
+    EmbeddingOutput,
+    ErrorOutput,
+    RequestMetrics,
+    RequestOutput,
+    ScoreOutput,
+    SparseEmbeddingOutput,
+    SparseVector,
+)
 from wde.request import Request, RequestStatus
 
 
@@ -37,7 +45,15 @@ class OutputProcessor:
 
 
 class EmbeddingOutputProcessor(OutputProcessor):
-    def make_output(self, request: Request, output: object, metrics: RequestMetrics) -> EmbeddingOutput:
+    """A dense vector, or a sparse one (the output kind the request asked for)."""
+
+    def make_output(
+        self, request: Request, output: object, metrics: RequestMetrics
+    ) -> EmbeddingOutput | SparseEmbeddingOutput:
+        if isinstance(output, SparseVector):
+            return SparseEmbeddingOutput(
+                request.request_id, output.indices, output.values, request.num_tokens, metrics
+            )
         return EmbeddingOutput(request.request_id, output, request.num_tokens, metrics)
 
 

@@ -26,12 +26,24 @@ from wde.engine.scoring import (
     rerank_documents,
 )
 from wde.inputs import PoolingParams, PromptType, TextPair
-from wde.outputs import EmbeddingOutput, RequestOutput, RerankResult, ScoreOutput
+from wde.outputs import EmbeddingOutput, RequestOutput, RerankResult, ScoreOutput, SparseEmbeddingOutput
 from wde.workflow import EMBED, SCORE, Workflow
 
 
 class TaskNotSupportedError(ValueError):
     """The loaded model does not serve the operation asked for (e.g. embeddings from a cross-encoder)."""
+
+
+class OutputNotSupportedError(TaskNotSupportedError):
+    """The embedding model does not produce the output kind asked for (sparse from a dense-only model)."""
+
+
+# Where each output kind is served, for the message to a caller who asks a model for a kind it lacks.
+OUTPUT_ROUTES = {
+    "dense": "output='dense'; POST /embed, /v1/embeddings; cosine LLM.score / LLM.rerank, POST /rerank",
+    "sparse": "output='sparse'; POST /embed_sparse",
+    "multi_vector": "output='multi_vector'",
+}
 
 
 @dataclass(frozen=True)
@@ -47,8 +59,9 @@ TASKS: dict[str, Task] = {
         "embed",
         EMBED,
         ("encode", "score", "rerank"),
-        "it embeds (LLM.encode; POST /embed, /v1/embeddings) and scores by cosine similarity (LLM.score, "
-        "LLM.rerank; POST /rerank, /v1/rerank); load a cross-encoder to classify pairs",
+        "it embeds (LLM.encode; POST /embed, /v1/embeddings, or sparse: POST /embed_sparse) and scores by "
+        "cosine similarity (LLM.score, LLM.rerank; POST /rerank, /v1/rerank); load a cross-encoder to "
+        "classify pairs",
     ),
     "score": Task(
         "score",
@@ -64,6 +77,19 @@ def get_task(name: str) -> Task:
     if name not in TASKS:
         raise ValueError(f"no task {name!r}; known: {sorted(TASKS)}")
     return TASKS[name]
+
+
+def check_output(model_config: ModelConfig, output: str | None, operation: str = "encode") -> None:
+    """The embedding model produces ``output`` (None: its default); else an error naming what it serves."""
+    if output is None or output in model_config.outputs:
+        return
+    if output not in OUTPUT_ROUTES:
+        raise ValueError(f"output {output!r} is not one of {', '.join(OUTPUT_ROUTES)}")
+    served = "; ".join(f"{kind} ({OUTPUT_ROUTES[kind]})" for kind in model_config.outputs)
+    raise OutputNotSupportedError(
+        f"this model ({model_config.architecture}) does not produce {output} output, which {operation} "
+        f"needs; it serves: {served}"
+    )
 
 
 def check_operation(model_config: ModelConfig, operation: str) -> None:
@@ -96,11 +122,23 @@ Plan = Generator[Submit | Offload, Any, Any]
 
 
 # ---- the operations -------------------------------------------------------------------------------------
-def encode(model_config: ModelConfig, prompts: Any, params: PoolingParams) -> Plan:
-    """One embedding per prompt, in order."""
+def encode(model_config: ModelConfig, prompts: Any, params: PoolingParams, tokenizer: Any = None) -> Plan:
+    """One embedding per prompt, in order: dense vectors or sparse (token id, weight) pairs, as
+    ``params.output`` asks (the model's default when unset). With a ``tokenizer``, sparse outputs get the
+    token strings of their ids (``decode``)."""
     check_operation(model_config, "encode")
-    outputs: list[EmbeddingOutput] = yield Submit(as_prompt_list(prompts), params)
+    check_output(model_config, params.output)
+    outputs: list[EmbeddingOutput | SparseEmbeddingOutput] = yield Submit(as_prompt_list(prompts), params)
+    if tokenizer is not None and params.output_kind(model_config) == "sparse":
+        yield Offload(decode_tokens, (tokenizer, outputs))
     return outputs
+
+
+def decode_tokens(tokenizer: Any, outputs: Sequence[SparseEmbeddingOutput]) -> None:
+    """Fill each sparse output's ``tokens`` with the token strings of its ids (the tokenizer's vocabulary, as
+    ``SparseEncoder.decode`` names them)."""
+    for output in outputs:
+        output.tokens = [tokenizer.id_to_token(token_id) for token_id in output.indices.tolist()]
 
 
 def score(model_config: ModelConfig, text_1: Any, text_2: Any, params: PoolingParams) -> Plan:
@@ -112,8 +150,11 @@ def score(model_config: ModelConfig, text_1: Any, text_2: Any, params: PoolingPa
         outputs: list[ScoreOutput] = yield Submit(pairs, params)
         return outputs
     params.verify(model_config)
+    check_output(model_config, "dense", "cosine scoring")
     plan = CosinePlan.from_pairs(pairs)
-    embeddings = yield Submit(plan.texts, PoolingParams(normalize=True, truncate=params.truncate))
+    embeddings = yield Submit(
+        plan.texts, PoolingParams(normalize=True, truncate=params.truncate, output="dense")
+    )
     return plan.scores(embeddings, [str(index) for index in range(len(pairs))])
 
 

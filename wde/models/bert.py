@@ -15,7 +15,7 @@ from wde.layers.activation import get_act_fn
 from wde.layers.attention.layer import Attention
 from wde.layers.attention.spec import AttentionSpec
 from wde.layers.pooler.methods import PoolingMetadata, cls_pool
-from wde.models.weight_names import load_named_weights
+from wde.models.weight_names import WeightTarget, bert_target, load_named_weights, load_weights_by_name
 
 
 class BertEmbeddings(nn.Module):
@@ -173,3 +173,85 @@ class BertForSequenceClassification(nn.Module):
 
     def load_weights(self, weights: Iterable[tuple[str, torch.Tensor]]) -> set[str]:
         return load_named_weights(self, weights, (), self.config["hidden_size"])
+
+
+class MaskedLMHead(nn.Module):
+    """A masked-LM head (BERT's, DistilBERT's): dense -> activation -> LayerNorm -> decoder to the
+    vocabulary + a bias per token. The decoder's weight is the word-embedding table when ``tied`` (the
+    checkpoint then stores none, or a copy)."""
+
+    def __init__(
+        self, hidden_size: int, act: str, layer_norm_eps: float, word_embeddings: nn.Embedding, tied: bool
+    ) -> None:
+        super().__init__()
+        vocab_size = word_embeddings.num_embeddings
+        self.dense = nn.Linear(hidden_size, hidden_size)
+        self.act_fn = get_act_fn(act)
+        self.LayerNorm = nn.LayerNorm(hidden_size, eps=layer_norm_eps)
+        self.tied = tied
+        # a tied decoder reads the embedding table (a list keeps it out of this module's parameters)
+        self._word_embeddings = [word_embeddings]
+        self.decoder = None if tied else nn.Linear(hidden_size, vocab_size, bias=False)
+        self.bias = nn.Parameter(torch.empty(vocab_size))
+
+    def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
+        transformed = self.LayerNorm(self.act_fn(self.dense(hidden_states)))  # [num_tokens, hidden_size]
+        weight = self._word_embeddings[0].weight if self.decoder is None else self.decoder.weight
+        return nn.functional.linear(transformed, weight, self.bias)  # [num_tokens, vocab_size]
+
+
+class BertForMaskedLM(nn.Module):
+    """BERT + its masked-LM head: SPLADE sparse vectors (the head runs only when sparse output is asked for,
+    on the pooler's token chunks), or pooled dense vectors of the encoder."""
+
+    supported_tasks: tuple[str, ...] = ("embed",)
+    supported_outputs: tuple[str, ...] = ("sparse", "dense")
+
+    def __init__(self, config: dict[str, Any]) -> None:
+        super().__init__()
+        self.config = config
+        self.bert = BertModel(config)
+        self.mlm_head = MaskedLMHead(
+            config["hidden_size"],
+            config.get("hidden_act", "gelu"),
+            config.get("layer_norm_eps", 1e-12),
+            self.bert.embeddings.word_embeddings,
+            tied=config.get("tie_word_embeddings", True),
+        )
+
+    def forward(
+        self, input_ids: torch.Tensor, positions: torch.Tensor, token_type_ids: torch.Tensor | None = None
+    ) -> torch.Tensor:
+        return self.bert(input_ids, positions, token_type_ids)  # [num_tokens, hidden_size]
+
+    def compute_mlm_logits(self, hidden_states: torch.Tensor) -> torch.Tensor:
+        return self.mlm_head(hidden_states)  # [num_tokens, vocab_size]
+
+    def compile_blocks(self) -> None:
+        self.bert.compile_blocks()
+
+    def load_weights(self, weights: Iterable[tuple[str, torch.Tensor]]) -> set[str]:
+        target = bert_target((), self.config["hidden_size"])
+        return load_weights_by_name(self, weights, lambda name: _mlm_head_target(target(name), self.mlm_head))
+
+
+# transformers' names of the masked-LM head -> ours (``cls.predictions.decoder.bias`` is the same tensor as
+# ``cls.predictions.bias``: either fills our bias)
+_MLM_HEAD_NAMES = {
+    "cls.predictions.transform.dense.weight": "mlm_head.dense.weight",
+    "cls.predictions.transform.dense.bias": "mlm_head.dense.bias",
+    "cls.predictions.transform.LayerNorm.weight": "mlm_head.LayerNorm.weight",
+    "cls.predictions.transform.LayerNorm.bias": "mlm_head.LayerNorm.bias",
+    "cls.predictions.bias": "mlm_head.bias",
+    "cls.predictions.decoder.bias": "mlm_head.bias",
+    "cls.predictions.decoder.weight": "mlm_head.decoder.weight",
+}
+
+
+def _mlm_head_target(mapped: WeightTarget, head: MaskedLMHead) -> WeightTarget | None:
+    name, rows = mapped
+    if name not in _MLM_HEAD_NAMES:
+        return mapped
+    if name == "cls.predictions.decoder.weight" and head.tied:
+        return None  # a copy of the word embeddings that some checkpoints store
+    return _MLM_HEAD_NAMES[name], rows

@@ -1,7 +1,8 @@
 """DistilBERT: BERT's post-LayerNorm blocks under its own names (``transformer.layer.N.attention.q_lin``,
 ``sa_layer_norm``, ``ffn.lin1``, ...) and config keys (``dim``, ``hidden_dim``, ``n_heads``, ``n_layers``,
 ``activation``); no token types, learned positions from 0 (a sinusoidal table is stored in the checkpoint
-too), LayerNorm eps fixed at 1e-12. The classifier is pre_classifier -> ReLU -> classifier on [CLS]."""
+too), LayerNorm eps fixed at 1e-12. The classifier is pre_classifier -> ReLU -> classifier on [CLS]; the
+masked-LM head (SPLADE) is vocab_transform -> activation -> vocab_layer_norm -> vocab_projector."""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ from wde.layers.activation import get_act_fn
 from wde.layers.attention.layer import Attention
 from wde.layers.attention.spec import AttentionSpec
 from wde.layers.pooler.methods import PoolingMetadata, cls_pool
+from wde.models.bert import MaskedLMHead
 from wde.models.weight_names import WeightTarget, fused_rows, load_weights_by_name, strip_prefix
 
 LAYER_NORM_EPS = 1e-12  # transformers hard-codes it; DistilBertConfig has no such key
@@ -165,3 +167,58 @@ class DistilBertForSequenceClassification(nn.Module):
 
     def load_weights(self, weights: Iterable[tuple[str, torch.Tensor]]) -> set[str]:
         return load_weights_by_name(self, weights, distilbert_target((), self.config["dim"]))
+
+
+class DistilBertForMaskedLM(nn.Module):
+    """DistilBERT + its masked-LM head (vocab_transform, activation, vocab_layer_norm, vocab_projector tied to
+    the word embeddings): SPLADE sparse vectors (the head runs on the pooler's token chunks only when sparse
+    output is asked for), or pooled dense vectors of the encoder."""
+
+    supported_tasks: tuple[str, ...] = ("embed",)
+    supported_outputs: tuple[str, ...] = ("sparse", "dense")
+
+    def __init__(self, config: dict[str, Any]) -> None:
+        super().__init__()
+        self.config = config
+        self.distilbert = DistilBertModel(config)
+        self.mlm_head = MaskedLMHead(
+            config["dim"],
+            config.get("activation", "gelu"),
+            LAYER_NORM_EPS,
+            self.distilbert.embeddings.word_embeddings,
+            tied=config.get("tie_word_embeddings", True),
+        )
+
+    def forward(
+        self, input_ids: torch.Tensor, positions: torch.Tensor, token_type_ids: torch.Tensor | None = None
+    ) -> torch.Tensor:
+        return self.distilbert(input_ids, positions)  # [num_tokens, dim]
+
+    def compute_mlm_logits(self, hidden_states: torch.Tensor) -> torch.Tensor:
+        return self.mlm_head(hidden_states)  # [num_tokens, vocab_size]
+
+    def compile_blocks(self) -> None:
+        self.distilbert.compile_blocks()
+
+    def load_weights(self, weights: Iterable[tuple[str, torch.Tensor]]) -> set[str]:
+        target = distilbert_target((), self.config["dim"])
+        tied = self.mlm_head.tied
+
+        def mlm_target(name: str) -> WeightTarget | None:
+            if name == "vocab_projector.weight" and tied:
+                return None  # a copy of the word embeddings that some checkpoints store
+            if name in _MLM_HEAD_NAMES:
+                return _MLM_HEAD_NAMES[name], None
+            return target(name)
+
+        return load_weights_by_name(self, weights, mlm_target)
+
+
+_MLM_HEAD_NAMES = {
+    "vocab_transform.weight": "mlm_head.dense.weight",
+    "vocab_transform.bias": "mlm_head.dense.bias",
+    "vocab_layer_norm.weight": "mlm_head.LayerNorm.weight",
+    "vocab_layer_norm.bias": "mlm_head.LayerNorm.bias",
+    "vocab_projector.bias": "mlm_head.bias",
+    "vocab_projector.weight": "mlm_head.decoder.weight",
+}

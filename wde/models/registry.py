@@ -1,12 +1,13 @@
-"""HF ``architectures`` -> our model classes. Each class lists the tasks it serves (``supported_tasks``)."""
+"""HF ``architectures`` -> our model classes. Each class lists the tasks it serves (``supported_tasks``) and,
+for embedding models, the output kinds it can produce (``supported_outputs``; "dense" when absent)."""
 
 from __future__ import annotations
 
 from torch import nn
 
-from wde.models.bert import BertForSequenceClassification, BertModel
+from wde.models.bert import BertForMaskedLM, BertForSequenceClassification, BertModel
 from wde.models.deberta_v2 import DebertaV2ForSequenceClassification, DebertaV2Model
-from wde.models.distilbert import DistilBertForSequenceClassification, DistilBertModel
+from wde.models.distilbert import DistilBertForMaskedLM, DistilBertForSequenceClassification, DistilBertModel
 from wde.models.gemma3 import Gemma3TextModel
 from wde.models.modernbert import ModernBertForSequenceClassification, ModernBertModel
 from wde.models.mpnet import MPNetForSequenceClassification, MPNetModel
@@ -18,6 +19,7 @@ MODEL_REGISTRY: dict[str, type[nn.Module]] = {
     "XLMRobertaModel": XLMRobertaModel,
     "RobertaModel": XLMRobertaModel,
     "BertForSequenceClassification": BertForSequenceClassification,
+    "BertForMaskedLM": BertForMaskedLM,  # SPLADE (sparse output)
     "XLMRobertaForSequenceClassification": XLMRobertaForSequenceClassification,
     "RobertaForSequenceClassification": XLMRobertaForSequenceClassification,
     "ModernBertModel": ModernBertModel,
@@ -26,6 +28,7 @@ MODEL_REGISTRY: dict[str, type[nn.Module]] = {
     "MPNetForSequenceClassification": MPNetForSequenceClassification,
     "DistilBertModel": DistilBertModel,
     "DistilBertForSequenceClassification": DistilBertForSequenceClassification,
+    "DistilBertForMaskedLM": DistilBertForMaskedLM,  # SPLADE (sparse output)
     "Qwen3Model": Qwen3Model,
     "Qwen3ForCausalLM": Qwen3ForCausalLM,
     "Gemma3TextModel": Gemma3TextModel,

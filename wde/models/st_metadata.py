@@ -1,7 +1,8 @@
 """sentence-transformers metadata of a model directory, so our defaults equal ``SentenceTransformer.encode``.
 
 Reads ``modules.json``, the Pooling module's ``config.json``, the ``Dense`` modules after it (their
-``config.json``; the pooler loads their weights), the ``Normalize`` module,
+``config.json``; the pooler loads their weights), the ``Normalize`` module, a SparseEncoder's
+``SpladePooling`` (after a ``Transformer`` / ``MLMTransformer``: SPLADE, sparse output),
 ``sentence_bert_config.json`` (max_seq_length, older versions) and ``config_sentence_transformers.json``
 (prompts, a CrossEncoder's activation). Plain JSON: no torch, no sentence-transformers import.
 
@@ -17,10 +18,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from wde.config import DenseConfig, PoolingConfig
+from wde.config import DenseConfig, PoolingConfig, SparseConfig
 
 _PACKAGE = "sentence_transformers."
-_SUPPORTED_MODULES = ("Transformer", "Pooling", "Dense", "Normalize")
+_SUPPORTED_MODULES = ("Transformer", "MLMTransformer", "Pooling", "Dense", "Normalize", "SpladePooling")
+_UNSUPPORTED_HINTS = {
+    "Router": " (a Router, e.g. inference-free SPLADE with a SparseStaticEmbedding query side, is not "
+    "supported yet)",
+    "SparseStaticEmbedding": " (inference-free SPLADE's static query weights are not supported yet)",
+    "SparseAutoEncoder": " (CSR sparse auto-encoders are not supported yet; SPLADE's SpladePooling is)",
+}
 # A Dense module's activation_function is a torch class path ("torch.nn.modules.activation.Tanh").
 _DENSE_ACTIVATIONS = {
     "Identity": "identity",
@@ -51,6 +58,16 @@ class SentenceTransformerMetadata:
     prompts: dict[str, str] = field(default_factory=dict)
     default_prompt_name: str | None = None
     activation_fn: str | None = None  # a CrossEncoder's saved activation ("torch.nn...Sigmoid")
+    sparse: SparseConfig | None = None  # a SparseEncoder's SpladePooling (+ its saved max_active_dims)
+    sparse_dimension: int | None = None  # SpladePooling's embedding_dimension when saved (the vocabulary)
+
+    @property
+    def outputs(self) -> tuple[str, ...] | None:
+        """The output kinds the saved modules produce: a SparseEncoder's sparse vectors, a
+        SentenceTransformer's pooled vector; None when the folder does not say."""
+        if self.sparse is not None:
+            return ("sparse",)
+        return ("dense",) if self.pooling is not None else None
 
 
 def _read_json(path: Path) -> Any:
@@ -118,6 +135,22 @@ def _read_dense(module_dir: Path) -> DenseConfig:
     )
 
 
+def _read_splade_pooling(module_dir: Path) -> tuple[SparseConfig, int | None]:
+    config_path = module_dir / "config.json"
+    config = _read_json(config_path) if config_path.exists() else {}
+    sparse = SparseConfig(
+        pooling=str(config.get("pooling_strategy", "max")),
+        activation=str(config.get("activation_function", "relu")),
+    )
+    try:
+        sparse.verify()
+    except ValueError as e:
+        raise ValueError(f"{config_path}: {e}") from None
+    # "word_embedding_dimension" is the name sentence-transformers < 5.4 saved
+    dimension = config.get("embedding_dimension", config.get("word_embedding_dimension"))
+    return sparse, int(dimension) if dimension else None
+
+
 def read_st_metadata(model_dir: str | Path) -> SentenceTransformerMetadata:
     """Return what the directory says about pooling, normalization, max length, prompts and activation."""
     model_dir = Path(model_dir)
@@ -133,7 +166,7 @@ def read_st_metadata(model_dir: str | Path) -> SentenceTransformerMetadata:
             if kind not in _SUPPORTED_MODULES:
                 raise ValueError(
                     f"{modules_path} uses sentence-transformers module {module.get('type')!r}; "
-                    f"wde supports {', '.join(_SUPPORTED_MODULES)}"
+                    f"wde supports {', '.join(_SUPPORTED_MODULES)}{_UNSUPPORTED_HINTS.get(kind, '')}"
                 )
             if kind == "Pooling":
                 pooling = _read_pooling(model_dir / module.get("path", ""))
@@ -147,6 +180,15 @@ def read_st_metadata(model_dir: str | Path) -> SentenceTransformerMetadata:
                 metadata.dense_layers.append(_read_dense(model_dir / module.get("path", "")))
             elif kind == "Normalize":
                 normalize = True
+            elif kind == "SpladePooling":
+                metadata.sparse, metadata.sparse_dimension = _read_splade_pooling(
+                    model_dir / module.get("path", "")
+                )
+        if pooling is not None and metadata.sparse is not None:
+            raise ValueError(
+                f"{modules_path} has both Pooling and SpladePooling; wde serves one of them (a "
+                "SentenceTransformer's Pooling or a SparseEncoder's SpladePooling)"
+            )
         if pooling is not None:
             pooling.normalize = normalize
             metadata.pooling = pooling
@@ -164,4 +206,7 @@ def read_st_metadata(model_dir: str | Path) -> SentenceTransformerMetadata:
         metadata.prompts = dict(st_config.get("prompts") or {})
         metadata.default_prompt_name = st_config.get("default_prompt_name") or None
         metadata.activation_fn = st_config.get("activation_fn") or None
+        max_active_dims = st_config.get("max_active_dims")
+        if metadata.sparse is not None and max_active_dims is not None:
+            metadata.sparse.max_active_dims = int(max_active_dims)
     return metadata

@@ -48,3 +48,15 @@ POOLING_METHODS: dict[str, Callable[[torch.Tensor, PoolingMetadata], torch.Tenso
     "mean": mean_pool,
     "max": max_pool,
 }
+
+
+def select_sequences(
+    hidden: torch.Tensor, meta: PoolingMetadata, rows: list[int]
+) -> tuple[torch.Tensor, PoolingMetadata]:
+    """The tokens and boundaries of the sequences ``rows`` only (a batch whose requests ask for different
+    output kinds is pooled one kind at a time)."""
+    cu_seqlens = meta.cu_seqlens.tolist()
+    token_index = torch.cat([torch.arange(cu_seqlens[row], cu_seqlens[row + 1]) for row in rows])
+    selected = hidden.index_select(0, token_index.to(hidden.device))  # [num_selected_tokens, hidden_size]
+    seq_lens = [cu_seqlens[row + 1] - cu_seqlens[row] for row in rows]
+    return selected, PoolingMetadata.from_seq_lens(seq_lens, hidden.device)

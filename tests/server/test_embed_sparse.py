@@ -1,0 +1,144 @@
+"""TEI's ``POST /embed_sparse`` over a tiny SPLADE model (BertForMaskedLM + SpladePooling saved by
+sentence-transformers): TEI's answer shape ``[[{"index", "value"}, ...], ...]`` with the numbers of
+``LLM.encode(output="sparse")``, limits and error shapes as /embed, ``/info`` and ``/openapi.json`` saying
+what the model serves; a dense-only model asked for sparse output (and a SPLADE model asked for dense)
+answers 400 naming the outputs it serves."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from tests.models.test_splade import save_splade
+from tests.server.conftest import asgi_client
+from tests.tiny_models import SEED, save_tiny_bert
+from wde import EngineArgs, PoolingParams
+from wde.engine.async_llm_engine import AsyncLLMEngine
+
+pytestmark = pytest.mark.anyio
+
+TEXTS = ["Debian is a free operating system", "a", "", "scalpel is a fast file carver " * 10]
+FP32_ATOL = 1e-6  # the same engine, the same batch shapes: the route adds nothing but JSON
+
+
+@pytest.fixture(scope="module")
+def splade_engine(tmp_path_factory: pytest.TempPathFactory) -> Iterator[AsyncLLMEngine]:
+    root = tmp_path_factory.mktemp("splade-server")
+    hf_dir = save_tiny_bert(root / "hf", seed=SEED + 70, architecture="BertForMaskedLM")
+    path: Path = save_splade(root / "model", hf_dir)
+    engine = AsyncLLMEngine(EngineArgs(model=str(path), device="cpu"))
+    engine.start()
+    engine.wait_until_ready(timeout=120)
+    yield engine
+    engine.shutdown(timeout=60)
+
+
+def _dense(pairs: list[dict], vocab_size: int) -> np.ndarray:
+    vector = np.zeros(vocab_size, dtype=np.float32)
+    for pair in pairs:
+        vector[pair["index"]] = pair["value"]
+    return vector
+
+
+async def test_embed_sparse_has_tei_shape_and_engine_numbers(splade_engine: AsyncLLMEngine) -> None:
+    expected = await splade_engine.encode(TEXTS, PoolingParams(output="sparse"))
+    async with asgi_client(splade_engine) as (client, _):
+        response = await client.post("/embed_sparse", json={"inputs": TEXTS})
+        single = await client.post("/embed_sparse", json={"inputs": TEXTS[0], "truncate": True})
+        ids = splade_engine.info.tokenizer.encode(TEXTS[0]).ids
+        by_ids = await client.post("/embed_sparse", json={"inputs": ids})
+    assert response.status_code == 200, response.text
+    body = response.json()
+    assert len(body) == len(TEXTS)
+    for pairs, output in zip(body, expected, strict=True):
+        assert all(set(pair) == {"index", "value"} and isinstance(pair["index"], int) for pair in pairs)
+        indices = [pair["index"] for pair in pairs]
+        assert indices == sorted(indices) and all(pair["value"] > 0 for pair in pairs)
+        assert indices == output.indices.tolist()
+        np.testing.assert_allclose([pair["value"] for pair in pairs], output.values, atol=FP32_ATOL)
+    assert single.status_code == 200 and len(single.json()) == 1
+    vocab_size = splade_engine.info.model_config.vocab_size
+    for other in (single, by_ids):  # alone, or as token ids: other batch shapes, the same weights
+        np.testing.assert_allclose(
+            _dense(other.json()[0], vocab_size), _dense(body[0], vocab_size), atol=1e-5
+        )
+
+
+async def test_max_active_dims_and_root_route(splade_engine: AsyncLLMEngine) -> None:
+    async with asgi_client(splade_engine) as (client, _):
+        pruned = await client.post("/embed_sparse", json={"inputs": TEXTS[:2], "max_active_dims": 5})
+        full = await client.post("/embed_sparse", json={"inputs": TEXTS[:2]})
+        root = await client.post("/", json={"inputs": TEXTS[:2]})
+    assert pruned.status_code == 200 and [len(pairs) for pairs in pruned.json()] == [5, 5]
+    for kept, pairs in zip(pruned.json(), full.json(), strict=True):
+        top = sorted(pairs, key=lambda pair: -pair["value"])[:5]
+        assert sorted(pair["index"] for pair in kept) == sorted(pair["index"] for pair in top)
+    assert root.status_code == 200 and root.json() == full.json()  # TEI's POST / of a SPLADE model
+
+
+async def test_info_and_openapi_say_sparse(splade_engine: AsyncLLMEngine) -> None:
+    async with asgi_client(splade_engine) as (client, _):
+        info = (await client.get("/info")).json()
+        paths = (await client.get("/openapi.json")).json()["paths"]
+    assert info["model_type"] == {"embedding": {"pooling": "splade"}}
+    assert info["outputs"] == ["sparse"] and info["model_architecture"] == "BertForMaskedLM"
+    assert "/embed_sparse" in paths
+    assert not {"/embed", "/v1/embeddings", "/rerank", "/v1/rerank", "/predict"} & set(paths)
+
+
+async def test_dense_routes_of_a_splade_model_answer_400(splade_engine: AsyncLLMEngine) -> None:
+    async with asgi_client(splade_engine) as (client, _):
+        embed = await client.post("/embed", json={"inputs": "x"})
+        openai = await client.post("/v1/embeddings", json={"input": "x"})
+        rerank = await client.post("/rerank", json={"query": "q", "texts": ["d"]})
+    assert embed.status_code == 400, embed.text
+    assert embed.json()["error_type"] == "Validation"
+    assert "serves: sparse" in embed.json()["error"] and "/embed_sparse" in embed.json()["error"]
+    assert openai.status_code == 400 and openai.json()["error"]["code"] == "unsupported_task"
+    assert "serves: sparse" in openai.json()["error"]["message"]
+    assert rerank.status_code == 400 and "cosine scoring" in rerank.json()["error"]
+
+
+async def test_dense_only_model_asked_for_sparse_answers_400(async_engine: AsyncLLMEngine) -> None:
+    async with asgi_client(async_engine) as (client, _):
+        response = await client.post("/embed_sparse", json={"inputs": ["a text"]})
+        paths = (await client.get("/openapi.json")).json()["paths"]
+        info = (await client.get("/info")).json()
+    assert response.status_code == 400, response.text
+    assert response.json()["error_type"] == "Validation"
+    assert "does not produce sparse output" in response.json()["error"]
+    assert "serves: dense" in response.json()["error"] and "POST /embed" in response.json()["error"]
+    assert "/embed_sparse" not in paths and info["outputs"] == ["dense"]
+
+
+@pytest.mark.parametrize(
+    ("body", "status", "field"),
+    [
+        ({"inputs": []}, 422, "inputs"),
+        ({"inputs": "x", "max_active_dims": 0}, 422, "max_active_dims"),
+        ({"inputs": "x", "normalize": True}, 422, "normalize"),
+        ({"inputs": "x", "truncation_direction": "left"}, 422, "truncation_direction"),
+        ({"inputs": "x", "prompt_name": "nope"}, 422, "prompt_name"),
+        ({"inputs": ["a", "b", "c"]}, 413, "--max-client-batch-size"),
+        ({"inputs": ["word " * 100], "truncate": False}, 400, "max_model_len"),
+    ],
+)
+async def test_errors_as_embed(splade_engine: AsyncLLMEngine, body: dict, status: int, field: str) -> None:
+    async with asgi_client(splade_engine, max_client_batch_size=2) as (client, _):
+        response = await client.post("/embed_sparse", json=body)
+    assert response.status_code == status, response.text
+    assert field in response.json()["error"] and "error_type" in response.json()
+
+
+@pytest.mark.slow  # hypothesis over every route of the SPLADE server: ~30 s
+def test_splade_server_agrees_with_its_schema(splade_engine: AsyncLLMEngine) -> None:
+    from server.settings import ServerSettings
+    from tests.server.conftest import live_uvicorn
+    from tests.server.test_openapi_schemathesis import run_schemathesis
+
+    with live_uvicorn(splade_engine, ServerSettings(max_client_batch_size=64)) as server:
+        failures = run_schemathesis(server.url)
+    assert not failures, "\n\n".join(failures)
