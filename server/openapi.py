@@ -39,8 +39,8 @@ TASK_PATHS = {  # routes that only a model of the other task can serve
     "embed": {"/predict"},
     "score": {"/embed", "/v1/embeddings", "/embed_sparse"},
 }
-OUTPUT_PATHS = {  # an embedding model's routes that need an output kind (cosine rerank: dense vectors)
-    "dense": {"/embed", "/v1/embeddings", "/rerank", "/v1/rerank", "/v2/rerank"},
+OUTPUT_PATHS = {  # an embedding model's routes that need an output kind
+    "dense": {"/embed", "/v1/embeddings"},
     "sparse": {"/embed_sparse"},
 }
 

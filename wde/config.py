@@ -22,6 +22,7 @@ DENSE_ACTIVATIONS = ("identity", "tanh", "sigmoid", "relu", "gelu")
 OUTPUT_KINDS = ("dense", "sparse", "multi_vector")
 SPARSE_POOLINGS = ("max", "sum")  # sentence-transformers' SpladePooling pooling_strategy
 SPARSE_ACTIVATIONS = ("relu", "log1p_relu")  # SpladePooling activation_function
+SPARSE_SIMILARITIES = ("dot", "cosine")  # SparseEncoder's similarity_fn_name that wde scores with
 # Post-load weight quantization methods (wde.layers.quantization.quantize.QUANTIZERS implements them).
 QUANTIZATIONS = ("int8",)
 
@@ -63,6 +64,7 @@ class SparseConfig:
     pooling: str = "max"
     activation: str = "relu"
     max_active_dims: int | None = None
+    similarity: str = "dot"  # how LLM.score / rerank compare two sparse vectors (SparseEncoder.similarity)
 
     def verify(self) -> None:
         if self.pooling not in SPARSE_POOLINGS:
@@ -75,6 +77,11 @@ class SparseConfig:
             )
         if self.max_active_dims is not None and self.max_active_dims < 1:
             raise ValueError(f"max_active_dims ({self.max_active_dims}) must be >= 1")
+        if self.similarity not in SPARSE_SIMILARITIES:
+            raise ValueError(
+                f"similarity_fn_name {self.similarity!r} is not one of {SPARSE_SIMILARITIES} for sparse "
+                "scoring; edit config_sentence_transformers.json"
+            )
 
 
 @dataclass

@@ -211,11 +211,24 @@ def test_dense_only_model_refuses_sparse(default_llm) -> None:
         default_llm.encode("a text", output="sparse")
 
 
-def test_sparse_only_model_refuses_dense_and_cosine(splade_llm: wde.LLM) -> None:
+def test_sparse_only_model_refuses_dense(splade_llm: wde.LLM) -> None:
     with pytest.raises(OutputNotSupportedError, match=r"does not produce dense output.*serves: sparse"):
         splade_llm.encode("a text", output="dense")
-    with pytest.raises(OutputNotSupportedError, match=r"dense output, which cosine scoring needs"):
-        splade_llm.rerank("a query", ["a document"])
+
+
+def test_score_and_rerank_equal_sparse_encoder_similarity(
+    splade_llm: wde.LLM, splade_dir: Path, texts: list[str]
+) -> None:
+    """A SPLADE model scores by the dot product of sparse vectors, as SparseEncoder.similarity."""
+    from sentence_transformers import SparseEncoder
+
+    query, documents = "Debian packages for mail servers", texts[:8]
+    model = SparseEncoder(str(splade_dir), device="cpu")
+    expected = model.similarity(model.encode([query]), model.encode(documents)).to_dense()[0].numpy()
+    got = np.array([output.score for output in splade_llm.score(query, documents)])
+    np.testing.assert_allclose(got, expected, rtol=1e-5, atol=ATOL)
+    ranked = splade_llm.rerank(query, documents, top_n=3)
+    assert [result.index for result in ranked] == np.argsort(-expected, kind="stable")[:3].tolist()
 
 
 @pytest.mark.parametrize(

@@ -85,21 +85,37 @@ async def test_info_and_openapi_say_sparse(splade_engine: AsyncLLMEngine) -> Non
         paths = (await client.get("/openapi.json")).json()["paths"]
     assert info["model_type"] == {"embedding": {"pooling": "splade"}}
     assert info["outputs"] == ["sparse"] and info["model_architecture"] == "BertForMaskedLM"
-    assert "/embed_sparse" in paths
-    assert not {"/embed", "/v1/embeddings", "/rerank", "/v1/rerank", "/predict"} & set(paths)
+    assert {"/embed_sparse", "/rerank", "/v1/rerank"} <= set(paths)  # rerank: sparse dot products
+    assert not {"/embed", "/v1/embeddings", "/predict"} & set(paths)
 
 
 async def test_dense_routes_of_a_splade_model_answer_400(splade_engine: AsyncLLMEngine) -> None:
     async with asgi_client(splade_engine) as (client, _):
         embed = await client.post("/embed", json={"inputs": "x"})
         openai = await client.post("/v1/embeddings", json={"input": "x"})
-        rerank = await client.post("/rerank", json={"query": "q", "texts": ["d"]})
     assert embed.status_code == 400, embed.text
     assert embed.json()["error_type"] == "Validation"
     assert "serves: sparse" in embed.json()["error"] and "/embed_sparse" in embed.json()["error"]
     assert openai.status_code == 400 and openai.json()["error"]["code"] == "unsupported_task"
     assert "serves: sparse" in openai.json()["error"]["message"]
-    assert rerank.status_code == 400 and "cosine scoring" in rerank.json()["error"]
+
+
+async def test_rerank_by_sparse_dot_product(splade_engine: AsyncLLMEngine) -> None:
+    query, documents = "Debian operating system", TEXTS
+    vectors = await splade_engine.encode([query, *documents], PoolingParams(output="sparse"))
+    vocab_size = splade_engine.info.model_config.vocab_size
+    dense = [np.zeros(vocab_size, dtype=np.float64) for _ in vectors]
+    for row, output in zip(dense, vectors, strict=True):
+        row[output.indices] = output.values
+    expected = [float(np.dot(dense[0], row)) for row in dense[1:]]
+    async with asgi_client(splade_engine) as (client, _):
+        response = await client.post("/rerank", json={"query": query, "texts": documents})
+    assert response.status_code == 200, response.text
+    ranks = response.json()
+    assert [rank["index"] for rank in ranks] == sorted(range(len(documents)), key=lambda i: -expected[i])
+    np.testing.assert_allclose(
+        [rank["score"] for rank in ranks], sorted(expected, reverse=True), rtol=1e-5, atol=1e-4
+    )
 
 
 async def test_dense_only_model_asked_for_sparse_answers_400(async_engine: AsyncLLMEngine) -> None:

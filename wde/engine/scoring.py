@@ -1,5 +1,6 @@
 """Score and rerank plumbing shared by ``LLM`` and ``AsyncLLMEngine``: pairing rules (1:1, 1:N, N:N as in
-vLLM), rerank input checks and ranking, and cosine scoring with an embedding model."""
+vLLM), rerank input checks and ranking, and scoring with an embedding model: the cosine of dense vectors, or
+the dot product (or cosine) of sparse ones, as ``SparseEncoder.similarity``."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ import tokenizers
 
 from wde.config import ModelConfig
 from wde.inputs import TextPair
-from wde.outputs import EmbeddingOutput, RerankResult, ScoreOutput
+from wde.outputs import EmbeddingOutput, RerankResult, ScoreOutput, SparseEmbeddingOutput
 
 
 def _as_text_list(name: str, value: Any) -> list[str]:
@@ -122,3 +123,24 @@ class CosinePlan:
             num_tokens = embeddings[row_a].num_tokens + embeddings[row_b].num_tokens
             outputs.append(ScoreOutput(request_id, cosine, num_tokens))
         return outputs
+
+    def sparse_scores(
+        self, embeddings: Sequence[SparseEmbeddingOutput], request_ids: Sequence[str], similarity: str
+    ) -> list[ScoreOutput]:
+        """Per pair the dot product (or cosine) of the two texts' sparse vectors."""
+        outputs = []
+        for request_id, (row_a, row_b) in zip(request_ids, self.pair_rows, strict=True):
+            a, b = embeddings[row_a], embeddings[row_b]
+            value = sparse_dot(a, b)
+            if similarity == "cosine":
+                norms = float(np.linalg.norm(a.values)) * float(np.linalg.norm(b.values))
+                value = value / norms if norms > 0 else 0.0
+            num_tokens = a.num_tokens + b.num_tokens
+            outputs.append(ScoreOutput(request_id, np.array([value], dtype=np.float32), num_tokens))
+        return outputs
+
+
+def sparse_dot(a: SparseEmbeddingOutput, b: SparseEmbeddingOutput) -> float:
+    """The dot product of two sparse vectors (token ids ascending and unique in each)."""
+    _, rows_a, rows_b = np.intersect1d(a.indices, b.indices, assume_unique=True, return_indices=True)
+    return float(np.dot(a.values[rows_a].astype(np.float64), b.values[rows_b].astype(np.float64)))

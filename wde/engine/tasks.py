@@ -40,7 +40,7 @@ class OutputNotSupportedError(TaskNotSupportedError):
 
 # Where each output kind is served, for the message to a caller who asks a model for a kind it lacks.
 OUTPUT_ROUTES = {
-    "dense": "output='dense'; POST /embed, /v1/embeddings; cosine LLM.score / LLM.rerank, POST /rerank",
+    "dense": "output='dense'; POST /embed, /v1/embeddings",
     "sparse": "output='sparse'; POST /embed_sparse",
     "multi_vector": "output='multi_vector'",
 }
@@ -143,19 +143,24 @@ def decode_tokens(tokenizer: Any, outputs: Sequence[SparseEmbeddingOutput]) -> N
 
 def score(model_config: ModelConfig, text_1: Any, text_2: Any, params: PoolingParams) -> Plan:
     """Scores of (text_1, text_2) pairs, 1:N or N:N: a cross-encoder's classifier, or the cosine similarity
-    of an embedding model's embeddings (each distinct text embedded once)."""
+    of an embedding model's embeddings (each distinct text embedded once); a SPLADE model's sparse vectors
+    compare by their dot product (its saved similarity_fn_name), as ``SparseEncoder.similarity``."""
     check_operation(model_config, "score")
     pairs = make_pairs(text_1, text_2)
     if model_config.task == "score":
         outputs: list[ScoreOutput] = yield Submit(pairs, params)
         return outputs
     params.verify(model_config)
-    check_output(model_config, "dense", "cosine scoring")
     plan = CosinePlan.from_pairs(pairs)
+    request_ids = [str(index) for index in range(len(pairs))]
+    if model_config.outputs[0] == "sparse" and model_config.sparse is not None:  # SPLADE: sparse similarity
+        sparse = yield Submit(plan.texts, PoolingParams(truncate=params.truncate, output="sparse"))
+        return plan.sparse_scores(sparse, request_ids, model_config.sparse.similarity)
+    check_output(model_config, "dense", "cosine scoring")
     embeddings = yield Submit(
         plan.texts, PoolingParams(normalize=True, truncate=params.truncate, output="dense")
     )
-    return plan.scores(embeddings, [str(index) for index in range(len(pairs))])
+    return plan.scores(embeddings, request_ids)
 
 
 def rerank(

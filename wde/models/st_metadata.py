@@ -209,4 +209,6 @@ def read_st_metadata(model_dir: str | Path) -> SentenceTransformerMetadata:
         max_active_dims = st_config.get("max_active_dims")
         if metadata.sparse is not None and max_active_dims is not None:
             metadata.sparse.max_active_dims = int(max_active_dims)
+        if metadata.sparse is not None and st_config.get("similarity_fn_name"):
+            metadata.sparse.similarity = str(st_config["similarity_fn_name"])
     return metadata
