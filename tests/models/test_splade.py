@@ -120,6 +120,24 @@ def test_batch_equals_single(splade_llm: wde.LLM, texts: list[str]) -> None:
         np.testing.assert_allclose(single.values, output.values, atol=FP32_ATOL)
 
 
+@pytest.mark.parametrize("chunk_tokens", [1, 7, 64])
+def test_chunked_logits_equal_whole(splade_llm: wde.LLM, texts: list[str], chunk_tokens: int) -> None:
+    """The masked-LM logits are pooled a chunk of tokens at a time; chunks that cut sequences anywhere
+    (1 token, mid-sequence, several sequences) give the same vectors as one chunk for the whole batch."""
+    head = splade_llm.engine.runner.pooler.heads["sparse"]
+    saved = head.chunk_tokens
+    try:
+        head.chunk_tokens = 1_000_000
+        whole = splade_llm.encode(texts[:8])
+        head.chunk_tokens = chunk_tokens
+        chunked = splade_llm.encode(texts[:8])
+    finally:
+        head.chunk_tokens = saved
+    for a, b in zip(whole, chunked, strict=True):
+        assert np.array_equal(a.indices, b.indices)
+        np.testing.assert_allclose(a.values, b.values, atol=FP32_ATOL)
+
+
 @pytest.mark.parametrize(
     ("modules", "pooling"),
     [

@@ -67,6 +67,12 @@ async def test_embed_sparse_has_tei_shape_and_engine_numbers(splade_engine: Asyn
         )
 
 
+async def test_async_engine_decodes_tokens(splade_engine: AsyncLLMEngine) -> None:
+    (output,) = await splade_engine.encode(["Debian"], PoolingParams(output="sparse"), decode=True)
+    tokenizer = splade_engine.info.tokenizer
+    assert output.tokens == [tokenizer.id_to_token(index) for index in output.indices.tolist()]
+
+
 async def test_max_active_dims_and_root_route(splade_engine: AsyncLLMEngine) -> None:
     async with asgi_client(splade_engine) as (client, _):
         pruned = await client.post("/embed_sparse", json={"inputs": TEXTS[:2], "max_active_dims": 5})
