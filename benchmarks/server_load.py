@@ -105,11 +105,13 @@ def served(model: str | None, dtype: str, extra_args: list[str]) -> Iterator[str
         yield url
 
 
-def in_process_texts_per_s(model: str | None, dtype: str, texts: list[str]) -> tuple[float, float]:
+def in_process_texts_per_s(
+    model: str | None, dtype: str, texts: list[str], quantization: str | None = None
+) -> tuple[float, float]:
     """(texts/s, tokens/s) of LLM.encode on all texts at once, after a warm-up."""
     from wde import LLM
 
-    llm = LLM(model, dtype=dtype)
+    llm = LLM(model, dtype=dtype, quantization=quantization)
     llm.encode(texts[:32])
     start = time.perf_counter()
     outputs = llm.encode(texts)
@@ -134,6 +136,12 @@ def main(argv: list[str] | None = None) -> None:
     )
     parser.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"])
     parser.add_argument(
+        "--quantization",
+        default="none",
+        choices=["none", "int8"],
+        help="in process and served alike (wde serve --quantization int8)",
+    )
+    parser.add_argument(
         "--serve-arg", action="append", default=[], help="extra `wde serve` flag (repeatable)"
     )
     parser.add_argument(
@@ -150,13 +158,15 @@ def main(argv: list[str] | None = None) -> None:
     if not texts:
         parser.error(f"{args.data} has no text of exactly {args.words} words")
 
+    quantization = None if args.quantization == "none" else args.quantization
+    serve_args = [*args.serve_arg, *(["--quantization", quantization] if quantization else [])]
     # 1. in process, alone on the machine
     texts_per_s, tokens_per_s = (
-        (None, None) if args.server else in_process_texts_per_s(args.model, args.dtype, texts)
+        (None, None) if args.server else in_process_texts_per_s(args.model, args.dtype, texts, quantization)
     )
     # 2. over HTTP: wde, then each peer, with the same texts and load
     results: list[tuple[str, LoadResult]] = []
-    server = served(args.model, args.dtype, args.serve_arg) if args.server is None else _given(args.server)
+    server = served(args.model, args.dtype, serve_args) if args.server is None else _given(args.server)
     with server as url:
         results += [("wde POST /embed", result) for result in load_levels(url, texts, args.concurrency)]
     if "infinity" in args.peer:
@@ -170,6 +180,7 @@ def main(argv: list[str] | None = None) -> None:
     words = f" of {args.words} words" if args.words else ""
     print(
         f"# {len(texts)} texts{words} from {args.data}, one text per request, dtype {args.dtype}, "
+        f"quantization {args.quantization}, "
         f"{os.cpu_count()} CPUs shared by server and load generator"
     )
     if texts_per_s is not None:
