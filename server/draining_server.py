@@ -120,14 +120,15 @@ def _report_engine(
     model_config = engine_config.model_config
     scheduler_config = engine_config.scheduler_config
     logger.info(
-        "ready: serving %s at %s | task=%s attention_backend=%s dtype=%s device=%s executor=%s "
-        "max_model_len=%d max_num_batched_tokens=%d max_num_seqs=%d | payload_limit=%d "
+        "ready: serving %s at %s | task=%s attention_backend=%s dtype=%s quantization=%s device=%s "
+        "executor=%s max_model_len=%d max_num_batched_tokens=%d max_num_seqs=%d | payload_limit=%d "
         "max_client_batch_size=%d max_concurrent_requests=%d api_key=%s",
         model_config.served_model_name,
         url,
         model_config.task,
         engine.info.attention_backend,
         model_config.dtype,
+        model_config.quantization or "none",
         engine_config.device_config.device,
         engine_config.device_config.executor,
         model_config.max_model_len,

@@ -63,10 +63,11 @@ class LLMEngine:
         runner = model_runner_cls(platform.device_type)(engine_config, platform)
         runner.initialize()
         logger.info(
-            "engine ready: task=%s dtype=%s backend=%s max_model_len=%d max_num_batched_tokens=%d "
-            "max_num_seqs=%d executor=%s",
+            "engine ready: task=%s dtype=%s quantization=%s backend=%s max_model_len=%d "
+            "max_num_batched_tokens=%d max_num_seqs=%d executor=%s",
             model_config.task,
             model_config.dtype,
+            model_config.quantization or "none",
             runner.attn_backend_cls.name,
             model_config.max_model_len,
             engine_config.scheduler_config.max_num_batched_tokens,
