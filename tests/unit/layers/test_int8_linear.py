@@ -7,8 +7,9 @@ import pytest
 import torch
 from torch import nn
 
+from wde.config import QUANTIZATIONS
 from wde.layers.quantization.int8_linear import INT8_MAX, Int8Linear, int8_linear, quantize_rows
-from wde.layers.quantization.quantize import block_linears, quantize_model
+from wde.layers.quantization.quantize import QUANTIZERS, block_linears, quantize_model
 
 # Per-token/per-row symmetric int8 on Gaussian data: ~1% relative error per layer.
 MAX_RELATIVE_ERROR = 0.02
@@ -84,3 +85,8 @@ def test_only_the_block_linears_are_quantized() -> None:
     assert all(isinstance(layer.intermediate, Int8Linear) for layer in model.bert.encoder.layer)
     with pytest.raises(ValueError, match="quantization 'int4' is not one of"):
         quantize_model(model, "int4")
+
+
+def test_config_names_the_methods_the_quantizers_implement() -> None:
+    """wde/config.py stays torch-free, so it lists the method names itself: the two lists must agree."""
+    assert set(QUANTIZATIONS) == set(QUANTIZERS)
