@@ -4,9 +4,30 @@ from __future__ import annotations
 
 import enum
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 
 from wde.inputs import PoolingParams
+
+# Request priorities: a lower value is scheduled first, first come first served within one priority.
+PRIORITY_INTERACTIVE = 0  # HTTP routes, LLM
+PRIORITY_BATCH = 1  # the Batch API's lines: run when no interactive request waits
+
+# The priority of what the current asyncio task (or thread) submits: read where a submission is made
+# (``engine_thread.Call``), so that a caller can lower it around code it does not own (a route handler).
+submission_priority: ContextVar[int] = ContextVar("wde_submission_priority", default=PRIORITY_INTERACTIVE)
+
+
+@contextmanager
+def priority(value: int) -> Iterator[None]:
+    """Engine requests submitted inside this block (by this task or thread) get priority ``value``."""
+    token = submission_priority.set(value)
+    try:
+        yield
+    finally:
+        submission_priority.reset(token)
 
 
 class RequestStatus(enum.Enum):
@@ -36,6 +57,7 @@ class Request:
     status: RequestStatus = RequestStatus.WAITING
     error: Exception | None = None
     truncated: bool = False  # cut to max_model_len
+    priority: int = PRIORITY_INTERACTIVE
 
     @property
     def is_tokenized(self) -> bool:

@@ -24,6 +24,7 @@ from wde.engine.forward_clock import ForwardClock
 from wde.engine.llm_engine import LLMEngine
 from wde.engine.stats import StepStats
 from wde.outputs import RequestOutput
+from wde.request import PRIORITY_INTERACTIVE, submission_priority
 
 logger = logging.getLogger(__name__)
 
@@ -89,6 +90,7 @@ class Call:
     future: asyncio.Future[list[RequestOutput]]
     outputs: list[RequestOutput | None] = field(default_factory=list)
     num_remaining: int = 0
+    priority: int = field(default_factory=submission_priority.get)  # the submitter's (wde.request.priority)
 
     def __post_init__(self) -> None:
         self.outputs = [None] * len(self.request_ids)
@@ -289,8 +291,10 @@ class EngineThread:
         if not call.request_ids:
             call.resolve()
             return False
+        # only a lowered priority is passed on: stand-in engines in tests take the three-argument form
+        priority = {"priority": call.priority} if call.priority != PRIORITY_INTERACTIVE else {}
         try:
-            engine.add_requests(call.request_ids, call.prompts, call.params)
+            engine.add_requests(call.request_ids, call.prompts, call.params, **priority)
         except Exception as e:  # validation: the call fails alone, the queue is untouched
             call.fail(e)
             return False

@@ -19,7 +19,7 @@ from wde.engine.stats import BatchStats, StepStats
 from wde.engine.tasks import get_task
 from wde.inputs import PoolingParams, PromptType
 from wde.outputs import RequestOutput
-from wde.request import Request, RequestStatus
+from wde.request import PRIORITY_INTERACTIVE, Request, RequestStatus
 from wde.tokenizer import Tokenizer
 from wde.workflow import Workflow
 
@@ -79,9 +79,15 @@ class LLMEngine:
 
     # ---- requests in and out ----------------------------------------------------------------------
     def add_requests(
-        self, request_ids: Sequence[str], prompts: Sequence[PromptType], params: PoolingParams | None = None
+        self,
+        request_ids: Sequence[str],
+        prompts: Sequence[PromptType],
+        params: PoolingParams | None = None,
+        *,
+        priority: int = PRIORITY_INTERACTIVE,
     ) -> None:
-        """Validate every input first, then queue them all: a bad input leaves the queue untouched."""
+        """Validate every input first, then queue them all: a bad input leaves the queue untouched.
+        ``priority``: lower runs first (``wde.request.PRIORITY_BATCH`` waits for interactive requests)."""
         for request_id in request_ids:
             if request_id in self.requests:
                 raise ValueError(f"request id {request_id!r} is already in the engine")
@@ -89,6 +95,7 @@ class LLMEngine:
             raise ValueError("request ids of one call must be distinct")
         requests = self.input_processor.process(request_ids, prompts, params or PoolingParams())
         for request in requests:
+            request.priority = priority
             self.requests[request.request_id] = request
             self.scheduler.add_request(request)
 

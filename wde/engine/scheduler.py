@@ -1,16 +1,26 @@
-"""FCFS scheduler: tokenizes a lookahead window lazily, then admits requests while the budget allows."""
+"""Priority scheduler, FCFS within a priority: tokenizes a lookahead window lazily, then admits requests while
+the budget allows. Waiting interactive requests always go before waiting batch (lower-priority) ones."""
 
 from __future__ import annotations
 
+import math
 import time
 from collections import deque
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from itertools import islice
 
 from wde.config import SchedulerConfig
 from wde.engine.request_processor import RequestProcessor
 from wde.engine.token_budget import TokenBudget
-from wde.request import Request, RequestStatus
+from wde.request import PRIORITY_INTERACTIVE, Request, RequestStatus
+
+# A forward pass cannot be interrupted, so an interactive request that arrives while batch work runs waits
+# for it. While interactive requests keep arriving (one within INTERACTIVE_WINDOW_SECONDS), a step carries
+# lower-priority requests of at most max_num_batched_tokens // LOW_PRIORITY_STEP_DIVISOR tokens (at least
+# one request): short batch steps, short waits. Without interactive traffic batch work fills the budget.
+INTERACTIVE_WINDOW_SECONDS = 1.0
+LOW_PRIORITY_STEP_DIVISOR = 8
 
 
 @dataclass
@@ -31,22 +41,28 @@ class Scheduler:
         self.request_processor = request_processor
         self.is_padded = is_padded
         self.max_num_seqs = scheduler_config.max_num_seqs
-        self.waiting: deque[Request] = deque()
+        self.queues: dict[int, deque[Request]] = {}  # by priority (lower first); FCFS within one
+        self.max_num_low_priority_tokens = max(
+            1, scheduler_config.max_num_batched_tokens // LOW_PRIORITY_STEP_DIVISOR
+        )
+        self.last_interactive_time = -math.inf  # monotonic time of the last interactive arrival
 
     @property
     def num_waiting(self) -> int:
-        return len(self.waiting)
+        return sum(len(queue) for queue in self.queues.values())
 
     def has_waiting(self) -> bool:
-        return bool(self.waiting)
+        return any(self.queues.values())
 
     def add_request(self, request: Request) -> None:
-        self.waiting.append(request)
+        self.queues.setdefault(request.priority, deque()).append(request)
+        if request.priority == PRIORITY_INTERACTIVE:
+            self.last_interactive_time = time.monotonic()
 
     def abort_request(self, request: Request) -> bool:
         """Drop a queued request; False when it already left the queue."""
         try:
-            self.waiting.remove(request)
+            self.queues.get(request.priority, deque()).remove(request)
         except ValueError:
             return False
         request.status = RequestStatus.ABORTED
@@ -54,23 +70,50 @@ class Scheduler:
 
     def schedule(self) -> SchedulerOutput:
         output = SchedulerOutput()
-        # 1. tokenize the front of the queue in one batched call (lazy: only what may run soon)
-        window = list(islice(self.waiting, self.config.max_num_lookahead))
+        # 1. tokenize the front of the queues in one batched call (lazy: only what may run soon)
+        window = list(islice(self._in_order(), self.config.max_num_lookahead))
         start = time.perf_counter()
         output.num_tokenized = self.request_processor.process(window)
         output.tokenize_seconds = time.perf_counter() - start
-        # 2. admit FCFS while the budget allows; answer requests that failed tokenization
+        # 2. admit by priority, FCFS within one, while the budget allows; answer failed tokenization
         budget = TokenBudget(self.config.max_num_batched_tokens, self.max_num_seqs, self.is_padded)
-        while self.waiting:
-            request = self.waiting[0]
-            if request.status == RequestStatus.FAILED:
-                output.failed_requests.append(self.waiting.popleft())
-                continue
-            if not request.is_tokenized or not budget.can_add(request.num_tokens):
-                break  # FCFS: never skip ahead of the head of the queue
-            budget.add(request.num_tokens)
-            request.status = RequestStatus.RUNNING
-            request.scheduled_time = time.monotonic()
-            output.scheduled_requests.append(self.waiting.popleft())
+        low_priority = TokenBudget(self._low_priority_limit(), self.max_num_seqs, is_padded=False)
+        for priority in sorted(self.queues):
+            queue = self.queues[priority]
+            limit = None if priority == PRIORITY_INTERACTIVE else low_priority
+            if not self._admit(queue, budget, limit, output):
+                break  # never skip ahead of the head of a queue, nor of a higher priority
         output.num_batched_tokens = budget.cost
         return output
+
+    def _admit(
+        self, queue: deque[Request], budget: TokenBudget, limit: TokenBudget | None, output: SchedulerOutput
+    ) -> bool:
+        """Admit from the head of ``queue``; True when it emptied (a lower priority may follow)."""
+        while queue:
+            request = queue[0]
+            if request.status == RequestStatus.FAILED:
+                output.failed_requests.append(queue.popleft())
+                continue
+            if not request.is_tokenized or not budget.can_add(request.num_tokens):
+                return False
+            if limit is not None and not limit.can_add(request.num_tokens):
+                return False
+            budget.add(request.num_tokens)
+            if limit is not None:
+                limit.add(request.num_tokens)
+            request.status = RequestStatus.RUNNING
+            request.scheduled_time = time.monotonic()
+            output.scheduled_requests.append(queue.popleft())
+        return True
+
+    def _low_priority_limit(self) -> int:
+        """Tokens of lower-priority requests one step may carry: all of the budget, or a share of it while
+        interactive requests keep arriving."""
+        if time.monotonic() - self.last_interactive_time < INTERACTIVE_WINDOW_SECONDS:
+            return self.max_num_low_priority_tokens
+        return self.config.max_num_batched_tokens
+
+    def _in_order(self) -> Iterator[Request]:
+        for priority in sorted(self.queues):
+            yield from self.queues[priority]

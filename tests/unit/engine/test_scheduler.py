@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import math
 import random
 
 from tests.unit.engine.conftest import SchedulerFactory, text_request
 from wde.engine.errors import InputTooLongError
+from wde.engine.scheduler import LOW_PRIORITY_STEP_DIVISOR
 from wde.engine.token_budget import TokenBudget
-from wde.request import RequestStatus
+from wde.request import PRIORITY_BATCH, PRIORITY_INTERACTIVE, Request, RequestStatus
 
 
 def drain(scheduler) -> list[list[str]]:
@@ -125,3 +127,77 @@ def test_over_long_request_is_truncated_by_default(make_scheduler: SchedulerFact
     assert output.scheduled_requests == [request]
     assert request.num_tokens == 16 and request.token_ids[-1] == 102
     assert request.truncated
+
+
+# ---- priorities: interactive before batch, FCFS within each ---------------------------------------------
+def batch_request(request_id: str, num_words: int) -> Request:
+    request = text_request(request_id, num_words)
+    request.priority = PRIORITY_BATCH
+    return request
+
+
+def test_waiting_interactive_requests_go_before_waiting_batch_ones(make_scheduler: SchedulerFactory) -> None:
+    scheduler, _ = make_scheduler(max_num_batched_tokens=12, max_num_seqs=3)
+    for i in range(4):
+        scheduler.add_request(batch_request(f"b{i}", 2))  # 4 tokens each, queued first
+    scheduler.add_request(text_request("i0", 2))
+    scheduler.add_request(text_request("i1", 2))
+    scheduler.last_interactive_time = -math.inf  # no interactive traffic: batch work may fill the budget
+    assert drain(scheduler) == [["i0", "i1", "b0"], ["b1", "b2", "b3"]]
+
+
+def test_fcfs_within_each_priority(make_scheduler: SchedulerFactory) -> None:
+    scheduler, _ = make_scheduler(max_num_batched_tokens=40, max_num_seqs=3)
+    rng = random.Random(1)
+    order: dict[int, list[str]] = {PRIORITY_INTERACTIVE: [], PRIORITY_BATCH: []}
+    for i in range(40):
+        request = text_request(f"r{i}", rng.randint(0, 15))
+        request.priority = rng.choice([PRIORITY_INTERACTIVE, PRIORITY_BATCH])
+        order[request.priority].append(request.request_id)
+        scheduler.add_request(request)
+    scheduled = [rid for batch in drain(scheduler) for rid in batch]
+    # every interactive request was queued before the first batch request ran, so all of them go first
+    assert scheduled == order[PRIORITY_INTERACTIVE] + order[PRIORITY_BATCH]
+
+
+def test_an_interactive_head_that_does_not_fit_is_not_overtaken_by_batch(
+    make_scheduler: SchedulerFactory,
+) -> None:
+    scheduler, _ = make_scheduler(max_num_batched_tokens=20, max_num_seqs=8)
+    scheduler.add_request(text_request("i-small", 2))  # 4 tokens
+    scheduler.add_request(text_request("i-big", 16))  # 18 tokens: not next to i-small
+    scheduler.add_request(batch_request("b-tiny", 0))  # 2 tokens: would fit, must wait
+    scheduler.last_interactive_time = -math.inf
+    assert drain(scheduler) == [["i-small"], ["i-big", "b-tiny"]]
+
+
+def test_batch_steps_are_short_while_interactive_requests_arrive(make_scheduler: SchedulerFactory) -> None:
+    scheduler, _ = make_scheduler(max_num_batched_tokens=64, max_num_seqs=16)
+    assert scheduler.max_num_low_priority_tokens == 64 // LOW_PRIORITY_STEP_DIVISOR  # 8 tokens
+    for i in range(8):
+        scheduler.add_request(batch_request(f"b{i}", 2))  # 4 tokens each
+    scheduler.add_request(text_request("i0", 2))  # interactive traffic now: batch work gets 8 tokens a step
+    first = scheduler.schedule().scheduled_requests
+    assert [r.request_id for r in first] == ["i0", "b0", "b1"]
+    scheduler.last_interactive_time = -math.inf  # quiet again: batch work fills the budget
+    assert [r.request_id for r in scheduler.schedule().scheduled_requests] == [f"b{i}" for i in range(2, 8)]
+
+
+def test_a_batch_request_longer_than_its_share_still_runs(make_scheduler: SchedulerFactory) -> None:
+    scheduler, _ = make_scheduler(max_num_batched_tokens=64, max_num_seqs=16)
+    scheduler.add_request(batch_request("b-long", 20))  # 22 tokens > the 8-token share
+    scheduler.add_request(batch_request("b-next", 0))
+    scheduler.add_request(text_request("i0", 0))
+    assert drain(scheduler) == [["i0", "b-long"], ["b-next"]]
+
+
+def test_abort_removes_a_queued_batch_request(make_scheduler: SchedulerFactory) -> None:
+    scheduler, _ = make_scheduler()
+    request = batch_request("b0", 2)
+    scheduler.add_request(request)
+    scheduler.add_request(text_request("i0", 2))
+    assert scheduler.num_waiting == 2
+    assert scheduler.abort_request(request)
+    assert request.status == RequestStatus.ABORTED
+    assert not scheduler.abort_request(request)
+    assert drain(scheduler) == [["i0"]]
