@@ -32,25 +32,35 @@ from server.middleware.head_as_get import HeadAsGetMiddleware
 from server.middleware.http_metrics import HttpMetricsMiddleware
 from server.middleware.request_body import RequestBodyMiddleware
 from server.openapi import install_openapi
+from server.request_trace import record_call
 from server.responses import ORJSONResponse
 from server.routes import compat, embed, embed_sparse, info, metrics, openai, predict, rerank, tokenize
 from server.settings import ServerSettings
+from server.tracing import Tracing
 from wde.engine.async_llm_engine import AsyncLLMEngine
 
 ROUTE_MODULES = (info, embed, embed_sparse, rerank, predict, tokenize, openai, metrics, compat)
 
 
-def create_app(engine: AsyncLLMEngine, settings: ServerSettings | None = None) -> FastAPI:
-    """The app; its lifespan starts ``engine`` (if not started) and drains it on shutdown."""
-    # 1. shared state and metrics
+def create_app(
+    engine: AsyncLLMEngine, settings: ServerSettings | None = None, tracing: Tracing | None = None
+) -> FastAPI:
+    """The app; its lifespan starts ``engine`` (if not started) and drains it on shutdown. ``tracing``:
+    OpenTelemetry spans through this tracer (default: as ``--otel`` and the ``OTEL_*`` environment say,
+    ``server/tracing.py``; create the app before ``engine.start()`` for the tokenization spans)."""
+    # 1. shared state, metrics and tracing
     settings = (settings or ServerSettings()).with_api_key_file()
     settings.verify()
     state = AppState(engine, settings)
     engine.add_stats_listener(state.metrics)
+    tracing = tracing or Tracing.from_settings(settings.otel)
+    if tracing is not None:
+        engine.observe_calls(record_call)
     app = FastAPI(
         title="wde", version=wde.__version__, lifespan=_lifespan, default_response_class=ORJSONResponse
     )
     app.state.wde = state
+    app.state.tracing = tracing
     # 2. routes and the error table
     for module in ROUTE_MODULES:
         app.include_router(module.router)
@@ -74,6 +84,10 @@ def create_app(engine: AsyncLLMEngine, settings: ServerSettings | None = None) -
     app.add_middleware(
         HttpMetricsMiddleware, metrics=state.metrics, known_paths=known_paths, access_log=settings.access_log
     )
+    if tracing is not None:  # outermost: the request span covers every answer (imports OpenTelemetry)
+        from server.middleware.tracing import TracingMiddleware
+
+        app.add_middleware(TracingMiddleware, tracing=tracing)
     return app
 
 
@@ -85,3 +99,5 @@ async def _lifespan(app: FastAPI) -> AsyncIterator[None]:
     # The HTTP server has finished the in-flight requests by now; drain whatever the engine still holds.
     state.begin_drain()
     await anyio.to_thread.run_sync(state.engine.shutdown)
+    if app.state.tracing is not None:
+        await anyio.to_thread.run_sync(app.state.tracing.shutdown)  # flushes the spans still batched

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 from dataclasses import dataclass, fields, replace
 from pathlib import Path
 
@@ -30,6 +31,8 @@ class ServerSettings:
     max_header_bytes: int = 65536  # request line + headers; larger gets 431
     keep_alive_timeout: float = 5.0  # seconds an idle keep-alive connection stays open
     cors_allow_origins: list[str] | None = None  # browser origins allowed (CORS; "*": any); off when unset
+    # OpenTelemetry traces (the otel extra): on / off; unset: on when OTEL_* configures an exporter
+    otel: bool | None = None
 
     @classmethod
     def field_names(cls) -> list[str]:
@@ -54,6 +57,8 @@ class ServerSettings:
                 raise ValueError(f"{name} must be a positive number of seconds, got {value!r}")
         if self.cors_allow_origins is not None and not all(self.cors_allow_origins):
             raise ValueError(f"cors_allow_origins has an empty origin: {self.cors_allow_origins!r}")
+        if self.otel and importlib.util.find_spec("opentelemetry.sdk") is None:
+            raise ValueError("otel: OpenTelemetry is not installed; pip install 'wde[otel]' or drop --otel")
 
     def with_api_key_file(self) -> ServerSettings:
         """This, with ``api_key`` read from ``api_key_file`` (surrounding whitespace stripped)."""

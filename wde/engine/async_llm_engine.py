@@ -17,10 +17,12 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
 from wde.engine import tasks
+from wde.engine.call_record import CallObserver, CallRecord
 from wde.engine.engine_thread import (
     Call,
     EngineCounts,
@@ -32,6 +34,7 @@ from wde.engine.engine_thread import (
 )
 from wde.engine.llm_engine import LLMEngine
 from wde.engine.tasks import OutputNotSupportedError, TaskNotSupportedError
+from wde.engine.tokenization_clock import TokenizationClock
 from wde.engine_args import EngineArgs
 from wde.inputs import PoolingParams, PromptType, TextPair
 from wde.outputs import EmbeddingOutput, RequestOutput, RerankResult, ScoreOutput, SparseEmbeddingOutput
@@ -43,8 +46,11 @@ class AsyncLLMEngine:
     def __init__(self, engine_args: EngineArgs, build_engine: Callable[[], LLMEngine] | None = None) -> None:
         """``build_engine`` makes the LLMEngine on the engine thread (default: from ``engine_args``)."""
         self.engine_args = engine_args
-        self._thread = EngineThread(build_engine or (lambda: LLMEngine.from_engine_args(engine_args)))
+        self._build = build_engine or (lambda: LLMEngine.from_engine_args(engine_args))
+        self._thread = EngineThread(self._build_engine)
         self._call_counter = itertools.count()
+        self._call_observer: CallObserver | None = None  # tracing: sees each submission's outputs
+        self._tokenization_clock: TokenizationClock | None = None  # installed with the observer
 
     # ---- life cycle ---------------------------------------------------------------------------------
     def start(self) -> None:
@@ -86,7 +92,23 @@ class AsyncLLMEngine:
             raise EngineUnavailableError("the model is still loading; retry in a few seconds")
         return info
 
-    # ---- observation (metrics) ----------------------------------------------------------------------
+    def _build_engine(self) -> LLMEngine:
+        """On the engine thread: the LLMEngine, with the tokenization clock when calls are observed."""
+        engine = self._build()
+        if self._tokenization_clock is not None:
+            self._tokenization_clock.install(engine)
+        return engine
+
+    # ---- observation (metrics, tracing) -------------------------------------------------------------
+    def observe_calls(self, observer: CallObserver | None) -> None:
+        """Have ``observer(CallRecord)`` called (on the caller's event loop) with the outputs of every
+        submission to the engine, and when each input was tokenized; None stops it. Call it before
+        ``start()`` for the tokenization times (the clock wraps the scheduler as the engine is built);
+        after, the records have none. Unobserved (the default), submissions do no extra work."""
+        if observer is not None and self._tokenization_clock is None and self.state == EngineState.CREATED:
+            self._tokenization_clock = TokenizationClock()
+        self._call_observer = observer
+
     @property
     def running_forward_seconds(self) -> float:
         """How long the forward pass running now has taken (0.0 when none runs): a watchdog compares it
@@ -194,7 +216,18 @@ class AsyncLLMEngine:
         call = Call(request_ids, prompts, params, loop, loop.create_future())
         self._thread.add(call)
         try:
-            return await call.future
-        except asyncio.CancelledError:
-            self._thread.abort(request_ids)
+            outputs = await call.future
+        except BaseException as e:
+            if isinstance(e, asyncio.CancelledError):
+                self._thread.abort(request_ids)
+            if self._tokenization_clock is not None:
+                self._tokenization_clock.take(request_ids)  # forget them: nobody will ask
             raise
+        if self._call_observer is not None:
+            self._observe(request_ids, outputs)
+        return outputs
+
+    def _observe(self, request_ids: list[str], outputs: list[RequestOutput]) -> None:
+        clock = self._tokenization_clock
+        tokenized = [None] * len(outputs) if clock is None else clock.take(request_ids)
+        self._call_observer(CallRecord(outputs, tokenized, time.monotonic()))
