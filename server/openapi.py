@@ -20,6 +20,7 @@ from server.errors import is_openai_path
 from server.protocol import OpenAIErrorResponse, TEIErrorResponse
 from server.routes.compat import root_bodies
 from wde.config import ModelConfig
+from wde.output_kinds import OUTPUT_KINDS, routes_of
 
 REF = "#/components/schemas/{model}"
 PUBLIC_PATHS = frozenset({"/health", "/metrics"})
@@ -37,11 +38,7 @@ POST_ERRORS = {
 GET_ERRORS = {503: "the model is loading or the server is shutting down"}
 TASK_PATHS = {  # routes that only a model of the other task can serve
     "embed": {"/predict"},
-    "score": {"/embed", "/v1/embeddings", "/embed_sparse"},
-}
-OUTPUT_PATHS = {  # an embedding model's routes that need an output kind
-    "dense": {"/embed", "/v1/embeddings"},
-    "sparse": {"/embed_sparse"},
+    "score": routes_of(tuple(OUTPUT_KINDS)),
 }
 
 
@@ -138,11 +135,7 @@ def _missing_output_paths(model_config: ModelConfig) -> set[str]:
     """An embedding model's routes for output kinds it does not produce (a SPLADE model: no /embed)."""
     if model_config.task != "embed":
         return set()
-    paths: set[str] = set()
-    for kind, kind_paths in OUTPUT_PATHS.items():
-        if kind not in model_config.outputs:
-            paths |= kind_paths
-    return paths
+    return routes_of(tuple(OUTPUT_KINDS)) - routes_of(model_config.outputs)
 
 
 def _document_structured_documents(cohere: dict[str, Any]) -> None:

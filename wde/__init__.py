@@ -4,16 +4,24 @@ from wde.engine.llm import LLM
 from wde.engine.llm_engine import LLMEngine
 from wde.engine_args import EngineArgs
 from wde.inputs import PoolingParams, TextPrompt, TokensPrompt
-from wde.outputs import EmbeddingOutput, ErrorOutput, SparseEmbeddingOutput
+from wde.outputs import (
+    CombinedEmbeddingOutput,
+    EmbeddingOutput,
+    ErrorOutput,
+    MultiVectorOutput,
+    SparseEmbeddingOutput,
+)
 
 __version__ = "0.1.0"
 
 __all__ = [
     "LLM",
+    "CombinedEmbeddingOutput",
     "EmbeddingOutput",
     "EngineArgs",
     "ErrorOutput",
     "LLMEngine",
+    "MultiVectorOutput",
     "PoolingParams",
     "SparseEmbeddingOutput",
     "TextPrompt",

@@ -9,6 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from wde.output_kinds import OUTPUT_KINDS
+
 DTYPES = ("auto", "float32", "bfloat16", "float16")
 DEVICES = ("auto", "cpu", "cuda")
 EXECUTORS = ("sync", "async")
@@ -18,11 +20,12 @@ SCORE_ACTIVATIONS = ("sigmoid", "softmax", "tanh", "identity")
 PAIR_TRUNCATIONS = ("longest_first", "only_second")
 CUDA_GRAPH_MODES = ("none", "eager", "lazy", "idle")
 DENSE_ACTIVATIONS = ("identity", "tanh", "sigmoid", "relu", "gelu")
-# What an embedding model hands back per text: a pooled vector, vocabulary weights (SPLADE), token vectors.
-OUTPUT_KINDS = ("dense", "sparse", "multi_vector")
+SPARSE_METHODS = ("splade", "token_weights")  # masked-LM logits (SPLADE); one weight per token (BGE-M3)
 SPARSE_POOLINGS = ("max", "sum")  # sentence-transformers' SpladePooling pooling_strategy
 SPARSE_ACTIVATIONS = ("relu", "log1p_relu")  # SpladePooling activation_function
 SPARSE_SIMILARITIES = ("dot", "cosine")  # SparseEncoder's similarity_fn_name that wde scores with
+MULTI_VECTOR_SIMILARITIES = ("maxsim", "meanmaxsim")  # MultiVectorEncoder's similarity_fn_name
+INPUT_TYPES = ("query", "document")  # the side of a late-interaction model a text is encoded on
 # Post-load weight quantization methods (wde.layers.quantization.quantize.QUANTIZERS implements them).
 QUANTIZATIONS = ("int8",)
 
@@ -58,15 +61,25 @@ class DenseConfig:
 
 @dataclass
 class SparseConfig:
-    """SPLADE: ``log(1 + relu(mlm_logits))`` (once more log1p for ``log1p_relu``) pooled over each text's
-    tokens by ``pooling``; ``max_active_dims`` keeps the largest weights only (None: all non-zero ones)."""
+    """Vocabulary weights per text. ``splade``: ``log(1 + relu(mlm_logits))`` (once more log1p for
+    ``log1p_relu``) pooled over each text's tokens by ``pooling``. ``token_weights`` (BGE-M3): one weight
+    per token, ``relu(linear(hidden))`` from ``weights_path`` (a ``sparse_linear.pt`` state dict), the
+    largest per repeated token id, ``skip_token_ids`` (special tokens) dropped. ``max_active_dims`` keeps
+    the largest weights only (None: all non-zero ones)."""
 
     pooling: str = "max"
     activation: str = "relu"
     max_active_dims: int | None = None
     similarity: str = "dot"  # how LLM.score / rerank compare two sparse vectors (SparseEncoder.similarity)
+    method: str = "splade"
+    weights_path: str | None = None
+    skip_token_ids: tuple[int, ...] = ()
 
     def verify(self) -> None:
+        if self.method not in SPARSE_METHODS:
+            raise ValueError(f"sparse method {self.method!r} is not one of {SPARSE_METHODS}")
+        if self.method == "token_weights" and self.weights_path is None:
+            raise ValueError("token_weights sparse output needs weights_path (the sparse_linear.pt file)")
         if self.pooling not in SPARSE_POOLINGS:
             raise ValueError(
                 f"SpladePooling pooling_strategy {self.pooling!r} is not one of {SPARSE_POOLINGS}"
@@ -82,6 +95,49 @@ class SparseConfig:
                 f"similarity_fn_name {self.similarity!r} is not one of {SPARSE_SIMILARITIES} for sparse "
                 "scoring; edit config_sentence_transformers.json"
             )
+
+
+@dataclass
+class MultiVectorConfig:
+    """One vector per token (late interaction): the final hidden states, projected by ``projection`` (a
+    sentence-transformers Dense folder, or BGE-M3's ``colbert_linear.pt`` file), then L2-normalized.
+
+    ``skip_first``: the first token's vector is left out (BGE-M3's [CLS]). ``skiplist_ids``: tokens left
+    out of a document's vectors (and of a query's with ``skiplist_queries``), as MultiVectorMask does.
+    A query (``input_type="query"``) is cut at ``query_length`` tokens and, with ``query_expansion_length``,
+    padded with ``query_expansion_token_id`` up to that many tokens (ColBERT's query augmentation; the
+    encoder attends to them); a document is cut at ``document_length``."""
+
+    projection: DenseConfig | None = None
+    normalize: bool = True
+    skip_first: bool = False
+    skiplist_ids: tuple[int, ...] = ()
+    skiplist_queries: bool = False
+    query_length: int | None = None
+    document_length: int | None = None
+    query_expansion_length: int | None = None
+    query_expansion_token_id: int | None = None
+    similarity: str = "maxsim"  # maxsim: sum over query tokens; meanmaxsim: divided by their number
+
+    def verify(self) -> None:
+        if self.projection is not None:
+            self.projection.verify()
+        if self.similarity not in MULTI_VECTOR_SIMILARITIES:
+            raise ValueError(
+                f"similarity_fn_name {self.similarity!r} is not one of {MULTI_VECTOR_SIMILARITIES} for "
+                "multi-vector scoring; edit config_sentence_transformers.json"
+            )
+        for name in ("query_length", "document_length", "query_expansion_length"):
+            value = getattr(self, name)
+            if value is not None and value < 2:
+                raise ValueError(f"{name} ({value}) must be >= 2 (room for the special tokens)")
+        if (self.query_expansion_length is None) != (self.query_expansion_token_id is None):
+            raise ValueError("query expansion needs both its length and its token id")
+
+    @property
+    def size(self) -> int | None:
+        """The size of one token vector after the projection (None: the model's hidden size)."""
+        return self.projection.out_features if self.projection is not None else None
 
 
 @dataclass
@@ -109,9 +165,11 @@ class ModelConfig:
     pair_instruction: str | None = None  # the {instruction} unless a request names its own
     # None: the checkpoint's weights as they are; "int8": int8 block linears (CPU, float32 only)
     quantization: str | None = None
-    # embed task: the output kinds served (OUTPUT_KINDS), the first is a request's default; sparse: SPLADE's
+    # embed task: the output kinds served (wde.output_kinds), the first is a request's default; the
+    # configuration of the sparse and multi-vector heads when served
     outputs: tuple[str, ...] = ("dense",)
     sparse: SparseConfig | None = None
+    multi_vector: MultiVectorConfig | None = None
 
     @property
     def max_position_embeddings(self) -> int:
@@ -171,13 +229,12 @@ class ModelConfig:
     def _verify_outputs(self) -> None:
         unknown = [kind for kind in self.outputs if kind not in OUTPUT_KINDS]
         if not self.outputs or unknown:
-            raise ValueError(f"outputs {list(self.outputs)} must be one or more of {OUTPUT_KINDS}")
-        if ("sparse" in self.outputs) != (self.sparse is not None):
-            raise ValueError(
-                "a model serves sparse output exactly when it has a SparseConfig (SPLADE pooling)"
-            )
-        if self.sparse is not None:
-            self.sparse.verify()
+            raise ValueError(f"outputs {list(self.outputs)} must be one or more of {list(OUTPUT_KINDS)}")
+        for kind, config in (("sparse", self.sparse), ("multi_vector", self.multi_vector)):
+            if (kind in self.outputs) != (config is not None):
+                raise ValueError(f"a model serves {kind} output exactly when it has its {kind} configuration")
+            if config is not None:
+                config.verify()
 
     def _verify_dense_layers(self) -> None:
         size, source = self.hidden_size, "the model's hidden size"

@@ -14,12 +14,15 @@ from wde.config import (
     DeviceConfig,
     EngineConfig,
     ModelConfig,
+    MultiVectorConfig,
     PoolingConfig,
     SchedulerConfig,
     SparseConfig,
+    config_value,
     max_positions,
     num_labels,
 )
+from wde.models.bge_m3 import SKIPPED_SPECIAL_TOKENS, has_bge_m3_heads, read_bge_m3_heads
 from wde.models.model_files import check_model_files
 from wde.models.st_metadata import read_st_metadata
 
@@ -99,7 +102,9 @@ class EngineArgs:
             platform.default_max_num_batched_tokens, max_model_len
         )
         pooling = st_metadata.pooling or _default_pooling(model_cls)
-        outputs, sparse = _resolve_outputs(model_cls, architecture, st_metadata, hf_config, model_path)
+        outputs, sparse, multi_vector = _resolve_outputs(
+            model_cls, architecture, st_metadata, hf_config, model_path, tokenizer_path
+        )
         if self.pooling is not None:
             pooling.method = self.pooling
         if self.normalize is not None:
@@ -128,6 +133,7 @@ class EngineArgs:
                 quantization=self.quantization,
                 outputs=outputs,
                 sparse=sparse,
+                multi_vector=multi_vector,
             ),
             scheduler_config=SchedulerConfig(
                 max_num_batched_tokens=max_num_batched_tokens,
@@ -203,10 +209,42 @@ def _default_pooling(model_cls: type) -> PoolingConfig:
 
 
 def _resolve_outputs(
+    model_cls: type,
+    architecture: str,
+    st_metadata: Any,
+    hf_config: dict[str, Any],
+    model_path: str,
+    tokenizer_path: str,
+) -> tuple[tuple[str, ...], SparseConfig | None, MultiVectorConfig | None]:
+    """The output kinds a model serves (the first is the default) and the configuration of its sparse and
+    multi-vector heads: BGE-M3's head files (dense + sparse + multi-vector), a MultiVectorEncoder's modules
+    (multi-vector), a SparseEncoder's SpladePooling (sparse), else what its class can
+    (``supported_outputs``)."""
+    from wde.tokenizer import special_token_ids, token_ids_of_words
+
+    hidden_size = int(config_value(hf_config, "hidden_size", "dim", "d_model"))
+    if has_bge_m3_heads(model_path):
+        special_ids = special_token_ids(tokenizer_path, SKIPPED_SPECIAL_TOKENS)
+        sparse, multi_vector = read_bge_m3_heads(model_path, hidden_size, special_ids)
+        return ("dense", "sparse", "multi_vector"), sparse, multi_vector
+    if st_metadata.multi_vector is not None:
+        multi_vector = st_metadata.multi_vector
+        multi_vector.skiplist_ids = tuple(token_ids_of_words(tokenizer_path, st_metadata.skiplist_words))
+        projection = multi_vector.projection
+        if projection is not None and projection.in_features != hidden_size:
+            raise ValueError(
+                f"{projection.path}: Dense in_features ({projection.in_features}) does not match the model's "
+                f"hidden size ({hidden_size}); the sentence-transformers modules do not fit this model"
+            )
+        return ("multi_vector",), None, multi_vector
+    outputs, sparse = _splade_outputs(model_cls, architecture, st_metadata, hf_config, model_path)
+    return outputs, sparse, None
+
+
+def _splade_outputs(
     model_cls: type, architecture: str, st_metadata: Any, hf_config: dict[str, Any], model_path: str
 ) -> tuple[tuple[str, ...], SparseConfig | None]:
-    """The output kinds a model serves: what its sentence-transformers modules produce (a SparseEncoder's
-    SpladePooling: sparse), else what its class can (``supported_outputs``; the first is the default)."""
+    """A SparseEncoder's SpladePooling (sparse output, a masked-LM class), else the class's own kinds."""
     supported: tuple[str, ...] = getattr(model_cls, "supported_outputs", ("dense",))
     outputs = st_metadata.outputs or supported
     missing = [kind for kind in outputs if kind not in supported]

@@ -7,7 +7,8 @@ from typing import TYPE_CHECKING, TypedDict
 
 from typing_extensions import NotRequired
 
-from wde.config import OUTPUT_KINDS
+from wde.config import INPUT_TYPES
+from wde.output_kinds import OUTPUT_KINDS
 
 if TYPE_CHECKING:
     from wde.config import ModelConfig
@@ -41,12 +42,25 @@ class PoolingParams:
     prompt_name: str | None = None
     raw_scores: bool = False  # score task: return logits instead of activated scores
     instruction: str | None = None  # score task of an LLM reranker: its template's {instruction}
-    # embed task: "dense" (a pooled vector), "sparse" (SPLADE's vocabulary weights); None: the model's first
-    output: str | None = None
+    # embed task: "dense" (a pooled vector), "sparse" (vocabulary weights), "multi_vector" (token vectors),
+    # or a tuple of several (one forward pass, a {kind: output} each); None: the model's first kind
+    output: str | tuple[str, ...] | None = None
     max_active_dims: int | None = None  # sparse output: keep the largest weights only (None: the model's)
+    # multi-vector output of a late-interaction model: encode as a "query" or a "document" (the default)
+    input_type: str | None = None
+
+    def kinds(self, default: str) -> tuple[str, ...]:
+        """The output kinds asked for, in order (``default``: the model's first kind)."""
+        if self.output is None:
+            return (default,)
+        return (self.output,) if isinstance(self.output, str) else tuple(self.output)
+
+    def output_kinds(self, model_config: ModelConfig) -> tuple[str, ...]:
+        return self.kinds(model_config.outputs[0])
 
     def output_kind(self, model_config: ModelConfig) -> str:
-        return self.output or model_config.outputs[0]
+        """The single output kind asked for (the first when several are)."""
+        return self.output_kinds(model_config)[0]
 
     def verify(self, model_config: ModelConfig) -> None:
         self._verify_output(model_config)
@@ -92,19 +106,26 @@ class PoolingParams:
     def _verify_output(self, model_config: ModelConfig) -> None:
         """The output kind is known and the options fit it (whether the model serves it is the task's check,
         which names what it serves)."""
-        if self.output is not None and self.output not in OUTPUT_KINDS:
-            raise ValueError(f"output {self.output!r} is not one of {', '.join(OUTPUT_KINDS)}")
+        if self.output is not None and not isinstance(self.output, (str, tuple)):
+            raise TypeError(f"output must be a str or a tuple of str, got {type(self.output).__name__}")
+        kinds = self.output_kinds(model_config)
+        unknown = [kind for kind in kinds if kind not in OUTPUT_KINDS]
+        if unknown or not kinds or len(set(kinds)) != len(kinds):
+            raise ValueError(
+                f"output {self.output!r} must be one or more distinct kinds of {', '.join(OUTPUT_KINDS)}"
+            )
+        if self.input_type is not None and self.input_type not in INPUT_TYPES:
+            raise ValueError(f"input_type {self.input_type!r} is not one of {', '.join(INPUT_TYPES)}")
         if self.max_active_dims is not None and (
             isinstance(self.max_active_dims, bool)
             or not isinstance(self.max_active_dims, int)
             or self.max_active_dims < 1
         ):
             raise ValueError(f"max_active_dims must be a positive int, got {self.max_active_dims!r}")
-        kind = self.output_kind(model_config)
-        if kind == "sparse" and (self.dimensions is not None or self.normalize is not None):
+        if "dense" not in kinds and (self.dimensions is not None or self.normalize is not None):
             raise ValueError(
-                "dimensions and normalize apply to dense output; sparse output is SPLADE's vocabulary "
-                "weights (prune them with max_active_dims)"
+                f"dimensions and normalize apply to dense output, not to {' + '.join(kinds)} output (sparse "
+                "vectors are pruned with max_active_dims)"
             )
-        if kind != "sparse" and self.max_active_dims is not None:
-            raise ValueError(f"max_active_dims applies to sparse output, not to {kind!r} output")
+        if "sparse" not in kinds and self.max_active_dims is not None:
+            raise ValueError(f"max_active_dims applies to sparse output, not to {' + '.join(kinds)} output")

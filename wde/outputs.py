@@ -80,6 +80,63 @@ class SparseEmbeddingOutput:
 
 
 @dataclass
+class TokenVectors:
+    """One text's scored token vectors: what the multi-vector pooler hands the engine for each text."""
+
+    vectors: np.ndarray  # [num_vectors, vector_size] float32
+
+
+@dataclass
+class MultiVectorOutput:
+    """A text's token vectors (late interaction: ColBERT, BGE-M3's ColBERT vectors), one row per scored
+    token, L2-normalized; compare two texts with MaxSim (``wde.engine.scoring.maxsim``)."""
+
+    request_id: str
+    vectors: np.ndarray  # [num_vectors, vector_size] float32
+    num_tokens: int
+    metrics: RequestMetrics | None = None
+
+    def __repr__(self) -> str:
+        rows, size = self.vectors.shape
+        return (
+            f"MultiVectorOutput(request_id={self.request_id!r}, num_tokens={self.num_tokens}, "
+            f"vectors=<float32[{rows}, {size}]>)"
+        )
+
+
+SingleKindOutput = EmbeddingOutput | SparseEmbeddingOutput | MultiVectorOutput
+
+
+@dataclass
+class CombinedEmbeddingOutput:
+    """The outputs of several kinds for one text, from one forward pass (``output=("dense", "sparse",
+    "multi_vector")`` on BGE-M3): ``outputs[kind]``, or ``.dense`` / ``.sparse`` / ``.multi_vector``."""
+
+    request_id: str
+    outputs: dict[str, SingleKindOutput]
+    num_tokens: int
+    metrics: RequestMetrics | None = None
+
+    @property
+    def dense(self) -> EmbeddingOutput | None:
+        return self.outputs.get("dense")  # type: ignore[return-value]
+
+    @property
+    def sparse(self) -> SparseEmbeddingOutput | None:
+        return self.outputs.get("sparse")  # type: ignore[return-value]
+
+    @property
+    def multi_vector(self) -> MultiVectorOutput | None:
+        return self.outputs.get("multi_vector")  # type: ignore[return-value]
+
+    def __repr__(self) -> str:
+        return (
+            f"CombinedEmbeddingOutput(request_id={self.request_id!r}, num_tokens={self.num_tokens}, "
+            f"kinds={list(self.outputs)})"
+        )
+
+
+@dataclass
 class ScoreOutput:
     """A (text_1, text_2) pair's score: the classifier's activated logits (all labels), or cosine similarity
     for an embedding model."""
@@ -118,4 +175,11 @@ class ErrorOutput:
     is_input_error: bool = True
 
 
-RequestOutput = EmbeddingOutput | SparseEmbeddingOutput | ScoreOutput | ErrorOutput
+RequestOutput = (
+    EmbeddingOutput
+    | SparseEmbeddingOutput
+    | MultiVectorOutput
+    | CombinedEmbeddingOutput
+    | ScoreOutput
+    | ErrorOutput
+)

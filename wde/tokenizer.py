@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -83,3 +84,31 @@ class Tokenizer:
         if isinstance(text, tuple):
             return len(self.untruncated().encode(*text).ids)
         return len(self.untruncated().encode(text).ids)
+
+
+def special_token_ids(path: str | Path, names: tuple[str, ...]) -> list[int]:
+    """The ids of the tokenizer's named special tokens ("cls_token", "eos_token", ...) that it has, from
+    ``tokenizer_config.json`` / ``special_tokens_map.json``, as transformers' ``tokenizer.cls_token_id`` ...
+    resolve them."""
+    path = Path(path)
+    named: dict[str, str] = {}
+    for file_name in ("special_tokens_map.json", "tokenizer_config.json"):
+        file = path / file_name
+        if file.is_file():
+            config = json.loads(file.read_text(encoding="utf-8"))
+            for name in names:
+                value = config.get(name)
+                content = value.get("content") if isinstance(value, dict) else value
+                if isinstance(content, str):
+                    named.setdefault(name, content)
+    vocabulary = Tokenizer.from_pretrained(path, max_length=1).backend
+    ids = (vocabulary.token_to_id(named[name]) for name in names if name in named)
+    return [token_id for token_id in ids if token_id is not None]
+
+
+def token_ids_of_words(path: str | Path, words: list[str]) -> list[int]:
+    """The ids of the words that are single tokens of the tokenizer's vocabulary (others are skipped, as
+    sentence-transformers' MultiVectorMask drops skiplist words that resolve to the unknown token)."""
+    vocabulary = Tokenizer.from_pretrained(path, max_length=1).backend
+    ids = (vocabulary.token_to_id(word) for word in words)
+    return [token_id for token_id in ids if token_id is not None]

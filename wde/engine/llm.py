@@ -13,7 +13,15 @@ from wde.engine import tasks
 from wde.engine.llm_engine import LLMEngine
 from wde.engine_args import EngineArgs
 from wde.inputs import PoolingParams, PromptType, TextPair
-from wde.outputs import EmbeddingOutput, RequestOutput, RerankResult, ScoreOutput, SparseEmbeddingOutput
+from wde.outputs import (
+    CombinedEmbeddingOutput,
+    EmbeddingOutput,
+    MultiVectorOutput,
+    RequestOutput,
+    RerankResult,
+    ScoreOutput,
+    SparseEmbeddingOutput,
+)
 
 
 class LLM:
@@ -43,25 +51,35 @@ class LLM:
         dimensions: int | None = None,
         truncate: bool | None = None,
         prompt_name: str | None = None,
-        output: str | None = None,
+        output: str | Sequence[str] | None = None,
         max_active_dims: int | None = None,
+        input_type: str | None = None,
         decode: bool = False,
         batch_size: int | None = None,
         show_progress: bool = False,
-    ) -> list[EmbeddingOutput | SparseEmbeddingOutput]:
+    ) -> list[EmbeddingOutput | SparseEmbeddingOutput | MultiVectorOutput | CombinedEmbeddingOutput]:
         """Embed ``texts`` (a str, a list of str, or ``{"prompt": ...}`` / ``{"prompt_token_ids": ...}``).
 
-        Returns one output per input, in input order: an ``EmbeddingOutput`` (``output="dense"``) or a
-        ``SparseEmbeddingOutput`` (``output="sparse"``: SPLADE's non-zero token ids and weights, the
-        ``max_active_dims`` largest when given; ``decode=True`` adds the token strings). Unset, ``output``
-        is the model's own kind (``model_config.outputs[0]``). ``batch_size`` caps the sequences of one
-        forward pass (the token budget still applies). Raises ``ValueError`` / ``TypeError`` for bad input
-        before anything runs (``OutputNotSupportedError`` names the kinds the model serves), and
-        ``ValueError`` naming the input when one could not run (too long with ``truncate=False``); the
-        engine stays usable either way.
+        Returns one output per input, in input order: an ``EmbeddingOutput`` (``output="dense"``), a
+        ``SparseEmbeddingOutput`` (``output="sparse"``: the non-zero token ids and weights, the
+        ``max_active_dims`` largest when given; ``decode=True`` adds the token strings) or a
+        ``MultiVectorOutput`` (``output="multi_vector"``: one vector per scored token; ``input_type="query"``
+        encodes a late-interaction model's query side). Several kinds at once (``output=["dense", "sparse",
+        "multi_vector"]`` on BGE-M3) run one forward pass and give a ``CombinedEmbeddingOutput`` each.
+        Unset, ``output`` is the model's own kind (``model_config.outputs[0]``). ``batch_size`` caps the
+        sequences of one forward pass (the token budget still applies). Raises ``ValueError`` /
+        ``TypeError`` for bad input before anything runs (``OutputNotSupportedError`` names the kinds the
+        model serves), and ``ValueError`` naming the input when one could not run (too long with
+        ``truncate=False``); the engine stays usable either way.
         """
         params = PoolingParams(
-            normalize, dimensions, truncate, prompt_name, output=output, max_active_dims=max_active_dims
+            normalize,
+            dimensions,
+            truncate,
+            prompt_name,
+            output=output if output is None or isinstance(output, str) else tuple(output),
+            max_active_dims=max_active_dims,
+            input_type=input_type,
         )
         tokenizer = self.engine.tokenizer.untruncated() if decode else None
         plan = tasks.encode(self.model_config, texts, params, tokenizer)

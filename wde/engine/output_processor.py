@@ -6,13 +6,17 @@ import time
 
 from wde.engine.executor import BatchResult
 from wde.outputs import (
+    CombinedEmbeddingOutput,
     EmbeddingOutput,
     ErrorOutput,
+    MultiVectorOutput,
     RequestMetrics,
     RequestOutput,
     ScoreOutput,
+    SingleKindOutput,
     SparseEmbeddingOutput,
     SparseVector,
+    TokenVectors,
 )
 from wde.request import Request, RequestStatus
 
@@ -45,15 +49,20 @@ class OutputProcessor:
 
 
 class EmbeddingOutputProcessor(OutputProcessor):
-    """A dense vector, or a sparse one (the output kind the request asked for)."""
+    """A dense vector, a sparse one, token vectors, or several of them (the kinds the request asked for)."""
 
     def make_output(
         self, request: Request, output: object, metrics: RequestMetrics
-    ) -> EmbeddingOutput | SparseEmbeddingOutput:
+    ) -> SingleKindOutput | CombinedEmbeddingOutput:
+        if isinstance(output, dict):  # several kinds: {kind: result}
+            outputs = {kind: self.make_output(request, result, metrics) for kind, result in output.items()}
+            return CombinedEmbeddingOutput(request.request_id, outputs, request.num_tokens, metrics)  # type: ignore[arg-type]
         if isinstance(output, SparseVector):
             return SparseEmbeddingOutput(
                 request.request_id, output.indices, output.values, request.num_tokens, metrics
             )
+        if isinstance(output, TokenVectors):
+            return MultiVectorOutput(request.request_id, output.vectors, request.num_tokens, metrics)
         return EmbeddingOutput(request.request_id, output, request.num_tokens, metrics)
 
 

@@ -48,6 +48,7 @@ class RequestProcessor:
             request.token_ids = encoding.token_ids
             request.token_type_ids = encoding.token_type_ids
             request.truncated = encoding.truncated
+            self._cap_side_length(request)
             if encoding.truncated and request.text_pair is not None and self.model_config.pair_template:
                 self._restore_template_tail(request)
         return len(to_tokenize)
@@ -66,10 +67,34 @@ class RequestProcessor:
             query, document = request.text_pair
             instruction = request.params.instruction or self.model_config.pair_instruction
             return template.format(instruction=instruction, query=query, document=document)
-        prompt_name = request.params.prompt_name or self.model_config.default_prompt_name
+        prompt_name = self._prompt_name(request)
         if prompt_name is None:
             return request.text
         return self.model_config.prompts[prompt_name] + request.text
+
+    def _prompt_name(self, request: Request) -> str | None:
+        """The request's prompt, else the prompt named after its side ("query" / "document", as
+        ``encode_query`` / ``encode_document`` pick them), else the model's default prompt."""
+        params = request.params
+        if params.prompt_name is not None:
+            return params.prompt_name
+        if params.input_type is not None and params.input_type in self.model_config.prompts:
+            return params.input_type
+        return self.model_config.default_prompt_name
+
+    def _cap_side_length(self, request: Request) -> None:
+        """A late-interaction model cuts queries at query_length and documents at document_length tokens
+        (its closing special token kept, as the tokenizer's own truncation does)."""
+        config = self.model_config.multi_vector
+        if config is None:
+            return
+        limit = config.query_length if request.params.input_type == "query" else config.document_length
+        if limit is None or len(request.token_ids) <= limit:
+            return
+        request.token_ids = [*request.token_ids[: limit - 1], request.token_ids[-1]]
+        if request.token_type_ids is not None:
+            request.token_type_ids = request.token_type_ids[:limit]
+        request.truncated = True
 
     def _restore_template_tail(self, request: Request) -> None:
         """Truncation cut the template's text after {document} (an LLM reranker's assistant prompt): cut the

@@ -1,6 +1,7 @@
 """Score and rerank plumbing shared by ``LLM`` and ``AsyncLLMEngine``: pairing rules (1:1, 1:N, N:N as in
 vLLM), rerank input checks and ranking, and scoring with an embedding model: the cosine of dense vectors, or
-the dot product (or cosine) of sparse ones, as ``SparseEncoder.similarity``."""
+the dot product (or cosine) of sparse ones, as ``SparseEncoder.similarity``, or MaxSim of token vectors, as
+``MultiVectorEncoder.similarity``."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ import tokenizers
 
 from wde.config import ModelConfig
 from wde.inputs import TextPair
-from wde.outputs import EmbeddingOutput, RerankResult, ScoreOutput, SparseEmbeddingOutput
+from wde.outputs import EmbeddingOutput, MultiVectorOutput, RerankResult, ScoreOutput, SparseEmbeddingOutput
 
 
 def _as_text_list(name: str, value: Any) -> list[str]:
@@ -144,3 +145,48 @@ def sparse_dot(a: SparseEmbeddingOutput, b: SparseEmbeddingOutput) -> float:
     """The dot product of two sparse vectors (token ids ascending and unique in each)."""
     _, rows_a, rows_b = np.intersect1d(a.indices, b.indices, assume_unique=True, return_indices=True)
     return float(np.dot(a.values[rows_a].astype(np.float64), b.values[rows_b].astype(np.float64)))
+
+
+@dataclass
+class MaxSimPlan:
+    """Late-interaction scoring: each distinct text_1 encoded once as a query and each distinct text_2 once
+    as a document, then MaxSim per pair."""
+
+    queries: list[str]
+    documents: list[str]
+    pair_rows: list[tuple[int, int]]
+
+    @classmethod
+    def from_pairs(cls, pairs: Sequence[TextPair]) -> MaxSimPlan:
+        queries: dict[str, int] = {}
+        documents: dict[str, int] = {}
+        pair_rows = [
+            (queries.setdefault(a, len(queries)), documents.setdefault(b, len(documents))) for a, b in pairs
+        ]
+        return cls(list(queries), list(documents), pair_rows)
+
+    def scores(
+        self,
+        queries: Sequence[MultiVectorOutput],
+        documents: Sequence[MultiVectorOutput],
+        request_ids: Sequence[str],
+        similarity: str,
+    ) -> list[ScoreOutput]:
+        outputs = []
+        for request_id, (row_q, row_d) in zip(request_ids, self.pair_rows, strict=True):
+            query, document = queries[row_q], documents[row_d]
+            value = maxsim(query.vectors, document.vectors, mean=similarity == "meanmaxsim")
+            num_tokens = query.num_tokens + document.num_tokens
+            outputs.append(ScoreOutput(request_id, np.array([value], dtype=np.float32), num_tokens))
+        return outputs
+
+
+def maxsim(query: np.ndarray, document: np.ndarray, mean: bool = False) -> float:
+    """ColBERT's late interaction: for each query vector the largest dot product with a document vector,
+    summed (``mean``: averaged) over the query's vectors.
+    query ``[num_q, dim]``, document ``[num_d, dim]``."""
+    if query.shape[0] == 0 or document.shape[0] == 0:
+        return 0.0
+    best = (query.astype(np.float32) @ document.astype(np.float32).T).max(axis=1)  # [num_q]
+    total = float(best.astype(np.float64).sum())
+    return total / query.shape[0] if mean else total

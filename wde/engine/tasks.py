@@ -19,6 +19,7 @@ from wde.config import ModelConfig
 from wde.engine.errors import raise_for_errors
 from wde.engine.scoring import (
     CosinePlan,
+    MaxSimPlan,
     cap_document_tokens,
     make_pairs,
     needs_token_cap,
@@ -26,7 +27,16 @@ from wde.engine.scoring import (
     rerank_documents,
 )
 from wde.inputs import PoolingParams, PromptType, TextPair
-from wde.outputs import EmbeddingOutput, RequestOutput, RerankResult, ScoreOutput, SparseEmbeddingOutput
+from wde.output_kinds import OUTPUT_KINDS
+from wde.outputs import (
+    CombinedEmbeddingOutput,
+    EmbeddingOutput,
+    MultiVectorOutput,
+    RequestOutput,
+    RerankResult,
+    ScoreOutput,
+    SparseEmbeddingOutput,
+)
 from wde.workflow import EMBED, SCORE, Workflow
 
 
@@ -36,14 +46,6 @@ class TaskNotSupportedError(ValueError):
 
 class OutputNotSupportedError(TaskNotSupportedError):
     """The embedding model does not produce the output kind asked for (sparse from a dense-only model)."""
-
-
-# Where each output kind is served, for the message to a caller who asks a model for a kind it lacks.
-OUTPUT_ROUTES = {
-    "dense": "output='dense'; POST /embed, /v1/embeddings",
-    "sparse": "output='sparse'; POST /embed_sparse",
-    "multi_vector": "output='multi_vector'",
-}
 
 
 @dataclass(frozen=True)
@@ -59,9 +61,9 @@ TASKS: dict[str, Task] = {
         "embed",
         EMBED,
         ("encode", "score", "rerank"),
-        "it embeds (LLM.encode; POST /embed, /v1/embeddings, or sparse: POST /embed_sparse) and scores by "
-        "cosine similarity (LLM.score, LLM.rerank; POST /rerank, /v1/rerank); load a cross-encoder to "
-        "classify pairs",
+        "it embeds (LLM.encode; POST /embed, /v1/embeddings, or sparse: POST /embed_sparse, token vectors: "
+        "POST /embed_all) and scores by similarity (LLM.score, LLM.rerank; POST /rerank, /v1/rerank); load "
+        "a cross-encoder to classify pairs",
     ),
     "score": Task(
         "score",
@@ -79,17 +81,22 @@ def get_task(name: str) -> Task:
     return TASKS[name]
 
 
-def check_output(model_config: ModelConfig, output: str | None, operation: str = "encode") -> None:
-    """The embedding model produces ``output`` (None: its default); else an error naming what it serves."""
-    if output is None or output in model_config.outputs:
-        return
-    if output not in OUTPUT_ROUTES:
-        raise ValueError(f"output {output!r} is not one of {', '.join(OUTPUT_ROUTES)}")
-    served = "; ".join(f"{kind} ({OUTPUT_ROUTES[kind]})" for kind in model_config.outputs)
-    raise OutputNotSupportedError(
-        f"this model ({model_config.architecture}) does not produce {output} output, which {operation} "
-        f"needs; it serves: {served}"
-    )
+def check_output(
+    model_config: ModelConfig, output: str | tuple[str, ...] | None, operation: str = "encode"
+) -> None:
+    """The embedding model produces every kind of ``output`` (None: its default); else an error naming
+    what it serves."""
+    kinds = (output,) if isinstance(output, str) else tuple(output or ())
+    for kind in kinds:
+        if kind in model_config.outputs:
+            continue
+        if kind not in OUTPUT_KINDS:
+            raise ValueError(f"output {kind!r} is not one of {', '.join(OUTPUT_KINDS)}")
+        served = "; ".join(f"{name} ({OUTPUT_KINDS[name].how_to_ask})" for name in model_config.outputs)
+        raise OutputNotSupportedError(
+            f"this model ({model_config.architecture}) does not produce {kind} output, which {operation} "
+            f"needs; it serves: {served}"
+        )
 
 
 def check_operation(model_config: ModelConfig, operation: str) -> None:
@@ -128,17 +135,21 @@ def encode(model_config: ModelConfig, prompts: Any, params: PoolingParams, token
     token strings of their ids (``decode``)."""
     check_operation(model_config, "encode")
     check_output(model_config, params.output)
-    outputs: list[EmbeddingOutput | SparseEmbeddingOutput] = yield Submit(as_prompt_list(prompts), params)
-    if tokenizer is not None and params.output_kind(model_config) == "sparse":
+    outputs: list[
+        EmbeddingOutput | SparseEmbeddingOutput | MultiVectorOutput | CombinedEmbeddingOutput
+    ] = yield Submit(as_prompt_list(prompts), params)
+    if tokenizer is not None and "sparse" in params.output_kinds(model_config):
         yield Offload(decode_tokens, (tokenizer, outputs))
     return outputs
 
 
-def decode_tokens(tokenizer: Any, outputs: Sequence[SparseEmbeddingOutput]) -> None:
+def decode_tokens(tokenizer: Any, outputs: Sequence[SparseEmbeddingOutput | CombinedEmbeddingOutput]) -> None:
     """Fill each sparse output's ``tokens`` with the token strings of its ids (the tokenizer's vocabulary, as
     ``SparseEncoder.decode`` names them)."""
     for output in outputs:
-        output.tokens = [tokenizer.id_to_token(token_id) for token_id in output.indices.tolist()]
+        sparse = output.sparse if isinstance(output, CombinedEmbeddingOutput) else output
+        if sparse is not None:
+            sparse.tokens = [tokenizer.id_to_token(token_id) for token_id in sparse.indices.tolist()]
 
 
 def score(model_config: ModelConfig, text_1: Any, text_2: Any, params: PoolingParams) -> Plan:
@@ -151,8 +162,14 @@ def score(model_config: ModelConfig, text_1: Any, text_2: Any, params: PoolingPa
         outputs: list[ScoreOutput] = yield Submit(pairs, params)
         return outputs
     params.verify(model_config)
-    plan = CosinePlan.from_pairs(pairs)
     request_ids = [str(index) for index in range(len(pairs))]
+    if model_config.outputs[0] == "multi_vector" and model_config.multi_vector is not None:  # MaxSim
+        late = MaxSimPlan.from_pairs(pairs)
+        kwargs = {"truncate": params.truncate, "output": "multi_vector"}
+        queries = yield Submit(late.queries, PoolingParams(**kwargs, input_type="query"))
+        documents = yield Submit(late.documents, PoolingParams(**kwargs, input_type="document"))
+        return late.scores(queries, documents, request_ids, model_config.multi_vector.similarity)
+    plan = CosinePlan.from_pairs(pairs)
     if model_config.outputs[0] == "sparse" and model_config.sparse is not None:  # SPLADE: sparse similarity
         sparse = yield Submit(plan.texts, PoolingParams(truncate=params.truncate, output="sparse"))
         return plan.sparse_scores(sparse, request_ids, model_config.sparse.similarity)

@@ -2,7 +2,8 @@
 
 Reads ``modules.json``, the Pooling module's ``config.json``, the ``Dense`` modules after it (their
 ``config.json``; the pooler loads their weights), the ``Normalize`` module, a SparseEncoder's
-``SpladePooling`` (after a ``Transformer`` / ``MLMTransformer``: SPLADE, sparse output),
+``SpladePooling`` (after a ``Transformer`` / ``MLMTransformer``: SPLADE, sparse output), a
+MultiVectorEncoder's token ``Dense`` + ``MultiVectorMask`` + ``Normalize`` (ColBERT, multi-vector output),
 ``sentence_bert_config.json`` (max_seq_length, older versions) and ``config_sentence_transformers.json``
 (prompts, a CrossEncoder's activation). Plain JSON: no torch, no sentence-transformers import.
 
@@ -18,10 +19,18 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from wde.config import DenseConfig, PoolingConfig, SparseConfig
+from wde.config import DenseConfig, MultiVectorConfig, PoolingConfig, SparseConfig
 
 _PACKAGE = "sentence_transformers."
-_SUPPORTED_MODULES = ("Transformer", "MLMTransformer", "Pooling", "Dense", "Normalize", "SpladePooling")
+_SUPPORTED_MODULES = (
+    "Transformer",
+    "MLMTransformer",
+    "Pooling",
+    "Dense",
+    "Normalize",
+    "SpladePooling",
+    "MultiVectorMask",
+)
 _UNSUPPORTED_HINTS = {
     "Router": " (a Router, e.g. inference-free SPLADE with a SparseStaticEmbedding query side, is not "
     "supported yet)",
@@ -60,13 +69,19 @@ class SentenceTransformerMetadata:
     activation_fn: str | None = None  # a CrossEncoder's saved activation ("torch.nn...Sigmoid")
     sparse: SparseConfig | None = None  # a SparseEncoder's SpladePooling (+ its saved max_active_dims)
     sparse_dimension: int | None = None  # SpladePooling's embedding_dimension when saved (the vocabulary)
+    # a MultiVectorEncoder's token vectors; its MultiVectorMask skiplist words (the tokenizer maps them)
+    multi_vector: MultiVectorConfig | None = None
+    skiplist_words: list[str] = field(default_factory=list)
 
     @property
     def outputs(self) -> tuple[str, ...] | None:
         """The output kinds the saved modules produce: a SparseEncoder's sparse vectors, a
-        SentenceTransformer's pooled vector; None when the folder does not say."""
+        MultiVectorEncoder's token vectors, a SentenceTransformer's pooled vector; None when the folder does
+        not say."""
         if self.sparse is not None:
             return ("sparse",)
+        if self.multi_vector is not None:
+            return ("multi_vector",)
         return ("dense",) if self.pooling is not None else None
 
 
@@ -120,12 +135,13 @@ def _read_dense(module_dir: Path) -> DenseConfig:
         )
     if config.get("use_residual"):
         raise ValueError(f"{config_path} sets use_residual: true, which wde does not support yet")
-    for key in ("module_input_name", "module_output_name"):
-        if config.get(key, "sentence_embedding") != "sentence_embedding":
-            raise ValueError(
-                f"{config_path} sets {key}: {config[key]!r}; wde applies Dense modules to the pooled "
-                "sentence_embedding only"
-            )
+    names = {config.get(key, "sentence_embedding") for key in ("module_input_name", "module_output_name")}
+    if names not in ({"sentence_embedding"}, {"token_embeddings"}):
+        raise ValueError(
+            f"{config_path} maps {config.get('module_input_name')!r} to "
+            f"{config.get('module_output_name')!r}; wde applies a Dense module to the pooled "
+            "sentence_embedding or, in a multi-vector model, to the token_embeddings"
+        )
     return DenseConfig(
         path=str(module_dir),
         in_features=int(config["in_features"]),
@@ -151,6 +167,39 @@ def _read_splade_pooling(module_dir: Path) -> tuple[SparseConfig, int | None]:
     return sparse, int(dimension) if dimension else None
 
 
+def _is_token_dense(module_dir: Path) -> bool:
+    return _read_json(module_dir / "config.json").get("module_input_name") == "token_embeddings"
+
+
+def _read_multi_vector_mask(module_dir: Path) -> tuple[list[str], bool]:
+    """(skiplist words, whether queries are skiplisted too) of a MultiVectorMask module."""
+    config_path = module_dir / "config.json"
+    config = _read_json(config_path) if config_path.exists() else {}
+    if config.get("keep_only_token_ids"):
+        raise ValueError(f"{config_path} sets keep_only_token_ids (image-patch documents), not supported")
+    tasks = config.get("skiplist_tasks") or ["document"]
+    tasks = [tasks] if isinstance(tasks, str) else list(tasks)
+    if "document" not in tasks:
+        raise ValueError(f"{config_path}: skiplist_tasks {tasks} without 'document' is not supported")
+    return list(config.get("skiplist_words") or []), "query" in tasks
+
+
+def _read_multi_vector_lengths(model_dir: Path, multi_vector: MultiVectorConfig) -> None:
+    """The Transformer's query_length / document_length (root sentence_bert_config.json); query expansion
+    is refused (not supported yet)."""
+    config_path = model_dir / "sentence_bert_config.json"
+    config = _read_json(config_path) if config_path.exists() else {}
+    if config.get("query_expansion") is not None:
+        raise ValueError(
+            f"{config_path} sets query_expansion {config['query_expansion']}: ColBERT query augmentation is "
+            "not supported yet; serve a model without it (or remove it from the file, at some loss of "
+            "quality)"
+        )
+    for key in ("query_length", "document_length"):
+        if config.get(key):
+            setattr(multi_vector, key, int(config[key]))
+
+
 def read_st_metadata(model_dir: str | Path) -> SentenceTransformerMetadata:
     """Return what the directory says about pooling, normalization, max length, prompts and activation."""
     model_dir = Path(model_dir)
@@ -170,6 +219,19 @@ def read_st_metadata(model_dir: str | Path) -> SentenceTransformerMetadata:
                 )
             if kind == "Pooling":
                 pooling = _read_pooling(model_dir / module.get("path", ""))
+            elif kind == "Dense" and _is_token_dense(model_dir / module.get("path", "")):
+                if metadata.multi_vector is not None:
+                    raise ValueError(
+                        f"{modules_path}: wde applies one token Dense module in a multi-vector model"
+                    )
+                metadata.multi_vector = MultiVectorConfig(
+                    projection=_read_dense(model_dir / module.get("path", "")), normalize=False
+                )
+            elif kind == "MultiVectorMask":
+                metadata.multi_vector = metadata.multi_vector or MultiVectorConfig(normalize=False)
+                metadata.skiplist_words, metadata.multi_vector.skiplist_queries = _read_multi_vector_mask(
+                    model_dir / module.get("path", "")
+                )
             elif kind == "Dense":
                 if pooling is None or normalize:
                     raise ValueError(
@@ -192,6 +254,11 @@ def read_st_metadata(model_dir: str | Path) -> SentenceTransformerMetadata:
         if pooling is not None:
             pooling.normalize = normalize
             metadata.pooling = pooling
+        if metadata.multi_vector is not None:
+            if pooling is not None or metadata.sparse is not None:
+                raise ValueError(f"{modules_path} mixes a multi-vector model's modules with pooling")
+            metadata.multi_vector.normalize = normalize
+            _read_multi_vector_lengths(model_dir, metadata.multi_vector)
 
     # 2. max_seq_length (versions >= 5.7 keep it as the tokenizer's model_max_length instead)
     bert_config_path = model_dir / "sentence_bert_config.json"
@@ -211,4 +278,6 @@ def read_st_metadata(model_dir: str | Path) -> SentenceTransformerMetadata:
             metadata.sparse.max_active_dims = int(max_active_dims)
         if metadata.sparse is not None and st_config.get("similarity_fn_name"):
             metadata.sparse.similarity = str(st_config["similarity_fn_name"])
+        if metadata.multi_vector is not None and st_config.get("similarity_fn_name"):
+            metadata.multi_vector.similarity = str(st_config["similarity_fn_name"])
     return metadata

@@ -65,12 +65,13 @@ class InputBatch:
                 ),
                 device,
             )
+        input_ids_on_device = to_device(input_ids, device)
         return cls(
             request_ids=[request.request_id for request in requests],
-            input_ids=to_device(input_ids, device),
+            input_ids=input_ids_on_device,
             positions=to_device(positions, device),
             token_type_ids=token_type_ids,
             attn_metadata=backend_cls.build_metadata(seq_lens, device),
-            pooling_metadata=PoolingMetadata.from_seq_lens(seq_lens, device),
+            pooling_metadata=PoolingMetadata.from_seq_lens(seq_lens, device, input_ids_on_device),
             params=[request.params for request in requests],
         )

@@ -27,7 +27,11 @@ DENSE_ACTIVATIONS: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
 
 
 def _read_dense_weights(config: DenseConfig) -> dict[str, torch.Tensor]:
+    """A module folder's ``model.safetensors`` / ``pytorch_model.bin``, or a state-dict file itself (BGE-M3's
+    ``colbert_linear.pt``: ``weight``, ``bias``)."""
     folder = Path(config.path)
+    if folder.is_file():
+        return torch.load(str(folder), map_location="cpu", weights_only=True)
     if (folder / "model.safetensors").is_file():
         return load_file(str(folder / "model.safetensors"))
     if (folder / "pytorch_model.bin").is_file():

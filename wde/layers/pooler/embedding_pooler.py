@@ -9,7 +9,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from wde.config import PoolingConfig
+from wde.config import ModelConfig, PoolingConfig
 from wde.inputs import PoolingParams
 from wde.layers.pooler.dense_head import DenseStack
 from wde.layers.pooler.methods import POOLING_METHODS, PoolingMetadata
@@ -52,3 +52,13 @@ class EmbeddingPooler:
         if normalize:
             pooled = F.normalize(pooled, p=2, dim=-1)
         return pooled.contiguous()
+
+
+def build_dense_head(
+    model: torch.nn.Module, model_config: ModelConfig, device: torch.device, dtype: torch.dtype
+) -> EmbeddingPooler:
+    """The dense output's head: pooling method (cls / mean / max / last) -> sentence-transformers Dense
+    stack -> Matryoshka and normalization per request."""
+    dense_layers = model_config.dense_layers
+    dense = DenseStack.load(dense_layers, device, dtype) if dense_layers else None
+    return EmbeddingPooler(model_config.pooling, dense)

@@ -13,14 +13,18 @@ class PoolingMetadata:
     seq_lens: torch.Tensor  # [num_seqs] int64
     cu_seqlens: torch.Tensor  # [num_seqs + 1] int64
     seq_ids: torch.Tensor  # [num_tokens] int64: which sequence each token belongs to
+    input_ids: torch.Tensor | None = None  # [num_tokens] int64: the token ids (heads that read them)
 
     @classmethod
-    def from_seq_lens(cls, seq_lens: list[int], device: torch.device) -> PoolingMetadata:
+    def from_seq_lens(
+        cls, seq_lens: list[int], device: torch.device, input_ids: torch.Tensor | None = None
+    ) -> PoolingMetadata:
         lens = torch.tensor(seq_lens, dtype=torch.int64)
         cu_seqlens = torch.zeros(len(seq_lens) + 1, dtype=torch.int64)
         torch.cumsum(lens, 0, out=cu_seqlens[1:])
         seq_ids = torch.repeat_interleave(torch.arange(len(seq_lens)), lens)
-        return cls(*(t.to(device, non_blocking=True) for t in (lens, cu_seqlens, seq_ids)))
+        lens, cu_seqlens, seq_ids = (t.to(device, non_blocking=True) for t in (lens, cu_seqlens, seq_ids))
+        return cls(lens, cu_seqlens, seq_ids, input_ids)
 
 
 def cls_pool(hidden: torch.Tensor, meta: PoolingMetadata) -> torch.Tensor:
@@ -57,6 +61,8 @@ def select_sequences(
     output kinds is pooled one kind at a time)."""
     cu_seqlens = meta.cu_seqlens.tolist()
     token_index = torch.cat([torch.arange(cu_seqlens[row], cu_seqlens[row + 1]) for row in rows])
-    selected = hidden.index_select(0, token_index.to(hidden.device))  # [num_selected_tokens, hidden_size]
+    token_index = token_index.to(hidden.device)
+    selected = hidden.index_select(0, token_index)  # [num_selected_tokens, hidden_size]
     seq_lens = [cu_seqlens[row + 1] - cu_seqlens[row] for row in rows]
-    return selected, PoolingMetadata.from_seq_lens(seq_lens, hidden.device)
+    input_ids = meta.input_ids.index_select(0, token_index) if meta.input_ids is not None else None
+    return selected, PoolingMetadata.from_seq_lens(seq_lens, hidden.device, input_ids)

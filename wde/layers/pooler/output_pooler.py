@@ -1,6 +1,7 @@
-"""The embed task's pooler: each request names an output kind (``PoolingParams.output``: "dense",
-"sparse"; the model's first when unset) and its rows go to that kind's head. A batch of one kind (the
-usual case) goes to its head whole; a mixed batch is split by kind first."""
+"""The embed task's pooler: each request names its output kinds (``PoolingParams.output``: "dense",
+"sparse", "multi_vector", or several of them at once; the model's first when unset) and its rows go to
+those kinds' heads, over the one forward pass. A batch of one kind (the usual case) goes to its head whole;
+a mixed batch is split by kinds first. A request asking for several kinds gets ``{kind: result}``."""
 
 from __future__ import annotations
 
@@ -30,18 +31,26 @@ class OutputPooler:
         meta: PoolingMetadata,
         params: list[PoolingParams],
     ) -> list[Any]:
-        rows_by_kind: dict[str, list[int]] = defaultdict(list)
+        rows_by_kinds: dict[tuple[str, ...], list[int]] = defaultdict(list)
         for row, p in enumerate(params):
-            rows_by_kind[p.output or self.default].append(row)
-        if len(rows_by_kind) == 1:
-            return self._head(next(iter(rows_by_kind)))(hidden, meta, params)
+            rows_by_kinds[p.kinds(self.default)].append(row)
+        if len(rows_by_kinds) == 1:
+            return self._run(next(iter(rows_by_kinds)), hidden, meta, params)
         outputs: list[Any] = [None] * len(params)
-        for kind, rows in rows_by_kind.items():
+        for kinds, rows in rows_by_kinds.items():
             selected, selected_meta = select_sequences(hidden, meta, rows)
-            results = self._head(kind)(selected, selected_meta, [params[row] for row in rows])
+            results = self._run(kinds, selected, selected_meta, [params[row] for row in rows])
             for row, result in zip(rows, results, strict=True):
                 outputs[row] = result
         return outputs
+
+    def _run(
+        self, kinds: tuple[str, ...], hidden: torch.Tensor, meta: PoolingMetadata, params: list[PoolingParams]
+    ) -> list[Any]:
+        if len(kinds) == 1:
+            return self._head(kinds[0])(hidden, meta, params)
+        per_kind = {kind: self._head(kind)(hidden, meta, params) for kind in kinds}
+        return [{kind: per_kind[kind][row] for kind in kinds} for row in range(len(params))]
 
     def _head(self, kind: str) -> OutputHead:
         if kind not in self.heads:

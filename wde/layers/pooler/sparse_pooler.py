@@ -13,9 +13,10 @@ from collections import defaultdict
 
 import torch
 
-from wde.config import SparseConfig
+from wde.config import ModelConfig, SparseConfig
 from wde.inputs import PoolingParams
 from wde.layers.pooler.methods import PoolingMetadata
+from wde.layers.pooler.token_weight_pooler import TokenWeightPooler, load_token_weight_linear
 from wde.outputs import SparseVector
 
 # Elements of one chunk of logits (float32: 64 MiB); the chunk's token count follows from the vocabulary.
@@ -104,3 +105,17 @@ class SparsePooler:
             vectors.append(SparseVector(token_ids[start : start + count], values[start : start + count]))
             start += count
         return vectors
+
+
+def build_sparse_head(
+    model: torch.nn.Module, model_config: ModelConfig, device: torch.device, dtype: torch.dtype
+) -> SparsePooler | TokenWeightPooler:
+    """The sparse output's head: SPLADE over the model's masked-LM logits, or BGE-M3's per-token weights."""
+    config = model_config.sparse
+    if config is None:
+        raise ValueError(f"{model_config.model} has no sparse output configured")
+    if config.method == "token_weights":
+        assert config.weights_path is not None  # SparseConfig.verify
+        linear = load_token_weight_linear(config.weights_path, model_config.hidden_size, device, dtype)
+        return TokenWeightPooler(linear, config)
+    return SparsePooler(model, config, model_config.vocab_size)

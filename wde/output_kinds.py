@@ -1,0 +1,53 @@
+"""The output kinds an embedding model can hand back per text: the one table.
+
+A kind is one ``OutputKind`` entry: how a caller asks for it, the HTTP routes that serve it, and the pooler
+head that makes it (``module:function``, imported by the pooler only, so this module stays free of torch).
+Adding a kind is one entry here plus its head.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class OutputKind:
+    name: str
+    description: str  # what one text's output is
+    routes: tuple[str, ...]  # the HTTP routes that return it
+    head: str  # "module:function" building its head: (model, model_config, device, dtype) -> OutputHead
+
+    @property
+    def how_to_ask(self) -> str:
+        """For an error message: where a caller gets this kind."""
+        return f"output='{self.name}'; POST {', '.join(self.routes)}"
+
+
+OUTPUT_KINDS: dict[str, OutputKind] = {
+    kind.name: kind
+    for kind in (
+        OutputKind(
+            "dense",
+            "one pooled vector per text",
+            ("/embed", "/v1/embeddings"),
+            "wde.layers.pooler.embedding_pooler:build_dense_head",
+        ),
+        OutputKind(
+            "sparse",
+            "vocabulary weights per text: (token id, weight) pairs (SPLADE, BGE-M3 lexical weights)",
+            ("/embed_sparse",),
+            "wde.layers.pooler.sparse_pooler:build_sparse_head",
+        ),
+        OutputKind(
+            "multi_vector",
+            "one vector per token (ColBERT late interaction, BGE-M3 ColBERT vectors)",
+            ("/embed_all",),
+            "wde.layers.pooler.multi_vector_pooler:build_multi_vector_head",
+        ),
+    )
+}
+
+
+def routes_of(kinds: tuple[str, ...]) -> set[str]:
+    """The HTTP routes a model serving ``kinds`` answers."""
+    return {route for kind in kinds for route in OUTPUT_KINDS[kind].routes}
