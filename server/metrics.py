@@ -7,9 +7,10 @@ in-flight counts are read when scraped.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
 from wde.engine.async_llm_engine import AsyncLLMEngine
@@ -92,6 +93,8 @@ class ServerMetrics:
             buckets=LATENCY_BUCKETS,
             registry=registry,
         )
+        # 5. the result cache (--cache-size): read from the engine when scraped
+        registry.register(ResultCacheCollector(engine))
 
     # ---- HttpMetricsMiddleware --------------------------------------------------------------------
     def observe_http(self, route: str, method: str, status: str, seconds: float) -> None:
@@ -120,3 +123,42 @@ class ServerMetrics:
 
     def render(self) -> bytes:
         return generate_latest(self.registry)
+
+
+class ResultCacheCollector:
+    """``wde_cache_*``: the engine's result cache and in-batch dedupe (all 0 with --cache-size 0)."""
+
+    def __init__(self, engine: AsyncLLMEngine) -> None:
+        self.engine = engine
+
+    def describe(self) -> list[Metric]:
+        return []  # collected only when scraped (the cache exists once the model is loaded)
+
+    def collect(self) -> Iterator[Metric]:
+        reuse = self.engine.result_reuse
+        stats = None if reuse is None else reuse.stats()
+
+        def value(name: str) -> float:
+            return 0 if stats is None else getattr(stats, name)
+
+        yield CounterMetricFamily(
+            "wde_cache_hits",
+            "Inputs answered from the result cache, without a forward pass",
+            value("num_hits"),
+        )
+        yield CounterMetricFamily(
+            "wde_cache_misses", "Inputs looked up in the result cache and not found", value("num_misses")
+        )
+        yield CounterMetricFamily(
+            "wde_cache_deduplicated",
+            "Inputs answered by an identical input of the same request (computed once)",
+            value("num_deduplicated"),
+        )
+        yield CounterMetricFamily(
+            "wde_cache_evictions", "Entries evicted to stay under --cache-size", value("num_evictions")
+        )
+        yield GaugeMetricFamily("wde_cache_bytes", "Bytes the result cache holds", value("num_bytes"))
+        yield GaugeMetricFamily("wde_cache_entries", "Outputs the result cache holds", value("num_entries"))
+        yield GaugeMetricFamily(
+            "wde_cache_max_bytes", "The result cache's limit (--cache-size)", value("max_bytes")
+        )

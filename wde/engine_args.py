@@ -62,6 +62,8 @@ class EngineArgs:
     pair_truncation: str = "longest_first"  # cross-encoders: longest_first or only_second (keep the query)
     score_instruction: str | None = None  # LLM rerankers (Qwen3-Reranker): the pair template's {instruction}
     quantization: str | None = None  # "int8": int8 weights and activations in the blocks' linears (CPU)
+    # MiB of finished outputs kept for identical inputs (LRU; in-batch duplicates run once); 0: off
+    cache_size: float = 0.0
 
     @classmethod
     def field_names(cls) -> list[str]:
@@ -72,6 +74,7 @@ class EngineArgs:
         from wde.platforms import get_platform
 
         # 1. the model directory and what it says about itself
+        self._verify_cache_size()
         model_path = self._resolve_model_path()
         hf_config = _read_hf_config(model_path)
         architecture, model_cls = resolve_architecture(hf_config.get("architectures"), model_path)
@@ -168,6 +171,11 @@ class EngineArgs:
         if isinstance(value, bool) or not isinstance(value, int):
             raise ValueError(f"max_num_batched_tokens must be a positive int or 'auto', got {value!r}")
         return value
+
+    def _verify_cache_size(self) -> None:
+        size = self.cache_size
+        if isinstance(size, bool) or not isinstance(size, (int, float)) or not size >= 0:
+            raise ValueError(f"cache_size must be a number of MiB >= 0 (0: no result cache), got {size!r}")
 
     def _resolve_model_path(self) -> str:
         if self.model is None:

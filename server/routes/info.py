@@ -63,6 +63,17 @@ def describe(state: AppState) -> dict:
         "attention_backend": engine_info.attention_backend,
         "device": engine_config.device_config.device,
         "executor": engine_config.device_config.executor,
+        "result_cache": _result_cache(state),
+    }
+
+
+def _result_cache(state: AppState) -> dict:
+    """--cache-size (MiB; 0: off) and whether identical inputs of a request run once (with the cache on)."""
+    reuse = state.engine.result_reuse
+    return {
+        "size_mib": state.engine.engine_args.cache_size,
+        "max_bytes": 0 if reuse is None else reuse.cache.max_bytes,
+        "deduplicate": reuse is not None,
     }
 
 

@@ -16,6 +16,7 @@ builds the plan and ``_drive``s it.
 from __future__ import annotations
 
 import asyncio
+import functools
 import itertools
 import time
 from collections.abc import Callable, Sequence
@@ -33,6 +34,7 @@ from wde.engine.engine_thread import (
     StatsListener,
 )
 from wde.engine.llm_engine import LLMEngine
+from wde.engine.result_reuse import ResultReuse
 from wde.engine.tasks import OutputNotSupportedError, TaskNotSupportedError
 from wde.engine.tokenization_clock import TokenizationClock
 from wde.engine_args import EngineArgs
@@ -51,6 +53,9 @@ class AsyncLLMEngine:
         self._call_counter = itertools.count()
         self._call_observer: CallObserver | None = None  # tracing: sees each submission's outputs
         self._tokenization_clock: TokenizationClock | None = None  # installed with the observer
+        # engine_args.cache_size > 0: identical inputs run once, earlier results come from the cache (set as
+        # the engine is built: it keys by the model's config)
+        self.result_reuse: ResultReuse | None = None
 
     # ---- life cycle ---------------------------------------------------------------------------------
     def start(self) -> None:
@@ -97,6 +102,8 @@ class AsyncLLMEngine:
         engine = self._build()
         if self._tokenization_clock is not None:
             self._tokenization_clock.install(engine)
+        if self.engine_args.cache_size:
+            self.result_reuse = ResultReuse(engine.engine_config.model_config, self.engine_args.cache_size)
         return engine
 
     # ---- observation (metrics, tracing) -------------------------------------------------------------
@@ -206,7 +213,9 @@ class AsyncLLMEngine:
         return await self._drive(tasks.classify(self.info.model_config, inputs, params))
 
     async def _drive(self, plan: tasks.Plan) -> Any:
-        return await tasks.run_plan_async(plan, self._submit)
+        reuse = self.result_reuse
+        submit = self._submit if reuse is None else functools.partial(reuse.submit_async, self._submit)
+        return await tasks.run_plan_async(plan, submit)
 
     async def _submit(self, prompts: Sequence[Any], params: Any) -> list[RequestOutput]:
         """Queue one engine request per prompt and wait for all of them; cancelling aborts them."""

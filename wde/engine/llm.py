@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import itertools
 from collections.abc import Sequence
 from contextlib import contextmanager
@@ -11,6 +12,7 @@ from tqdm.auto import tqdm
 
 from wde.engine import tasks
 from wde.engine.llm_engine import LLMEngine
+from wde.engine.result_reuse import ResultReuse
 from wde.engine_args import EngineArgs
 from wde.inputs import PoolingParams, PromptType, TextPair
 from wde.outputs import (
@@ -36,8 +38,11 @@ class LLM:
         unknown = set(engine_args) - set(EngineArgs.field_names())
         if unknown:
             raise TypeError(f"unknown engine arguments {sorted(unknown)}; known: {EngineArgs.field_names()}")
-        self.engine = LLMEngine.from_engine_args(EngineArgs(model=model, **engine_args))
+        args = EngineArgs(model=model, **engine_args)
+        self.engine = LLMEngine.from_engine_args(args)
         self._request_counter = itertools.count()
+        # cache_size > 0: identical inputs run once, earlier results come from the cache
+        self.result_reuse = ResultReuse(self.model_config, args.cache_size) if args.cache_size else None
 
     @property
     def model_config(self):
@@ -151,9 +156,9 @@ class LLM:
         return self._drive(tasks.classify(self.model_config, prompts, params), batch_size, False)
 
     def _drive(self, plan: tasks.Plan, batch_size: int | None, show_progress: bool) -> Any:
-        return tasks.run_plan(
-            plan, lambda prompts, params: self._run(prompts, params, batch_size, show_progress)
-        )
+        run = functools.partial(self._run, batch_size=batch_size, show_progress=show_progress)
+        submit = run if self.result_reuse is None else functools.partial(self.result_reuse.submit, run)
+        return tasks.run_plan(plan, submit)
 
     def _run(
         self,
