@@ -105,7 +105,10 @@ def test_all_three_equal_bge_m3_flag_model(m3_llm: wde.LLM, texts: list[str], re
     for position, (output, expected) in enumerate(zip(got, reference["colbert_vecs"], strict=True)):
         assert output.multi_vector.vectors.shape == expected.shape, f"text {position}"
         colbert_diff = max(colbert_diff, float(np.abs(output.multi_vector.vectors - expected).max()))
-    print(f"max abs diff vs BGEM3FlagModel: dense {dense_diff:.2e} sparse {sparse_diff:.2e} ColBERT {colbert_diff:.2e}")
+    print(
+        f"max abs diff vs BGEM3FlagModel: dense {dense_diff:.2e} sparse {sparse_diff:.2e} "
+        f"ColBERT {colbert_diff:.2e}"
+    )
     assert max(dense_diff, sparse_diff, colbert_diff) <= ATOL
 
 
@@ -163,5 +166,5 @@ def test_options_that_do_not_fit_the_kinds(m3_llm: wde.LLM) -> None:
 
 
 def test_dense_only_model_refuses_the_other_kinds(default_llm) -> None:
-    with pytest.raises(OutputNotSupportedError, match="does not produce multi_vector output.*serves: dense"):
+    with pytest.raises(OutputNotSupportedError, match=r"does not produce multi_vector output.*serves: dense"):
         default_llm.encode("text", output=["dense", "multi_vector"])

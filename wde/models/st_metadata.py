@@ -171,6 +171,13 @@ def _is_token_dense(module_dir: Path) -> bool:
     return _read_json(module_dir / "config.json").get("module_input_name") == "token_embeddings"
 
 
+def _normalizes_tokens(module_dir: Path) -> bool:
+    """A Normalize module of token embeddings (a multi-vector model's), not of the pooled embedding."""
+    config_path = module_dir / "config.json"
+    config = _read_json(config_path) if config_path.exists() else {}
+    return config.get("module_input_name") == "token_embeddings"
+
+
 def _read_multi_vector_mask(module_dir: Path) -> tuple[list[str], bool]:
     """(skiplist words, whether queries are skiplisted too) of a MultiVectorMask module."""
     config_path = module_dir / "config.json"
@@ -209,7 +216,7 @@ def read_st_metadata(model_dir: str | Path) -> SentenceTransformerMetadata:
     modules_path = model_dir / "modules.json"
     if modules_path.exists():
         pooling: PoolingConfig | None = None
-        normalize = False
+        normalize = token_normalize = False
         for module in _read_json(modules_path):
             kind = module_kind(str(module.get("type", "")))
             if kind not in _SUPPORTED_MODULES:
@@ -240,6 +247,8 @@ def read_st_metadata(model_dir: str | Path) -> SentenceTransformerMetadata:
                         "embedding"
                     )
                 metadata.dense_layers.append(_read_dense(model_dir / module.get("path", "")))
+            elif kind == "Normalize" and _normalizes_tokens(model_dir / module.get("path", "")):
+                token_normalize = True
             elif kind == "Normalize":
                 normalize = True
             elif kind == "SpladePooling":
@@ -257,7 +266,7 @@ def read_st_metadata(model_dir: str | Path) -> SentenceTransformerMetadata:
         if metadata.multi_vector is not None:
             if pooling is not None or metadata.sparse is not None:
                 raise ValueError(f"{modules_path} mixes a multi-vector model's modules with pooling")
-            metadata.multi_vector.normalize = normalize
+            metadata.multi_vector.normalize = token_normalize
             _read_multi_vector_lengths(model_dir, metadata.multi_vector)
 
     # 2. max_seq_length (versions >= 5.7 keep it as the tokenizer's model_max_length instead)

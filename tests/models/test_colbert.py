@@ -1,0 +1,146 @@
+"""ColBERT-style late interaction as sentence-transformers' ``MultiVectorEncoder`` saves it (Transformer ->
+token ``Dense`` -> ``MultiVectorMask`` -> ``Normalize``): token vectors against ``encode_query`` /
+``encode_document``, MaxSim scores against ``similarity``, on held-out real text, with a tiny random BERT
+(the bundled MiniLM vocabulary) and the installed sentence-transformers.
+
+Tolerances (float32 on CPU, same weights): token vectors within ``ATOL`` = 1e-4 (the issue's bound), MaxSim
+scores within 1e-4 relative to their size.
+"""
+
+from __future__ import annotations
+
+import json
+import string
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import wde
+from tests.tiny_models import SEED, save_tiny_bert, training_texts
+from wde.outputs import MultiVectorOutput
+
+ATOL = 1e-4
+NUM_TEXTS = 12
+VECTOR_SIZE = 16
+
+
+def save_colbert(
+    path: Path, hf_dir: Path, prompts: dict[str, str] | None = None, skiplist: bool = False, **lengths: int
+) -> Path:
+    """A MultiVectorEncoder over ``hf_dir`` with a VECTOR_SIZE projection, saved by sentence-transformers."""
+    from sentence_transformers import MultiVectorEncoder
+    from sentence_transformers.base.modules import Dense, Normalize, Transformer
+    from sentence_transformers.multi_vector_encoder.modules import MultiVectorMask
+
+    transformer = Transformer(str(hf_dir), **lengths)
+    dimension = transformer.get_embedding_dimension()
+    dense = Dense(
+        dimension,
+        VECTOR_SIZE,
+        bias=False,
+        activation_function=None,
+        module_input_name="token_embeddings",
+        module_output_name="token_embeddings",
+    )
+    mask = MultiVectorMask(skiplist_words=list(string.punctuation) if skiplist else None)
+    normalize = Normalize(module_input_name="token_embeddings", module_output_name="token_embeddings")
+    modules = [transformer, dense, mask, normalize]
+    MultiVectorEncoder(modules=modules, device="cpu", prompts=prompts).save(str(path))
+    return path
+
+
+@pytest.fixture(scope="module")
+def texts() -> list[str]:
+    corpus = training_texts()
+    return [*corpus[:NUM_TEXTS], " ".join(corpus[NUM_TEXTS : NUM_TEXTS + 4])]
+
+
+@pytest.fixture(scope="module")
+def bert_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return save_tiny_bert(tmp_path_factory.mktemp("tiny-bert-colbert"), seed=SEED + 95)
+
+
+@pytest.fixture(scope="module")
+def colbert_dir(bert_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return save_colbert(tmp_path_factory.mktemp("colbert") / "model", bert_dir)
+
+
+def reference(path: Path, texts: list[str], side: str) -> list[np.ndarray]:
+    from sentence_transformers import MultiVectorEncoder
+
+    model = MultiVectorEncoder(str(path), device="cpu")
+    encode = model.encode_query if side == "query" else model.encode_document
+    return [vectors.numpy() for vectors in encode(texts)]
+
+
+def assert_same_vectors(got: list[MultiVectorOutput], expected: list[np.ndarray]) -> float:
+    worst = 0.0
+    for position, (output, vectors) in enumerate(zip(got, expected, strict=True)):
+        assert isinstance(output, MultiVectorOutput)
+        assert output.vectors.shape == vectors.shape, (
+            f"text {position}: {output.vectors.shape} vs {vectors.shape}"
+        )
+        worst = max(worst, float(np.abs(output.vectors - vectors).max()))
+    assert worst <= ATOL, f"max abs diff {worst:.2e}"
+    return worst
+
+
+def test_token_vectors_equal_multi_vector_encoder(colbert_dir: Path, texts: list[str]) -> None:
+    llm = wde.LLM(str(colbert_dir), device="cpu")
+    assert llm.model_config.outputs == ("multi_vector",)
+    documents = assert_same_vectors(llm.encode(texts), reference(colbert_dir, texts, "document"))
+    queries = assert_same_vectors(
+        llm.encode(texts, input_type="query"), reference(colbert_dir, texts, "query")
+    )
+    print(f"max abs diff vs MultiVectorEncoder: documents {documents:.2e}, queries {queries:.2e}")
+
+
+def test_maxsim_scores_equal_similarity(colbert_dir: Path, texts: list[str]) -> None:
+    from sentence_transformers import MultiVectorEncoder
+
+    model = MultiVectorEncoder(str(colbert_dir), device="cpu")
+    query, documents = texts[0][:60], texts[1:8]
+    expected = model.similarity(model.encode_query([query]), model.encode_document(documents)).numpy()[0]
+    llm = wde.LLM(str(colbert_dir), device="cpu")
+    scores = np.array([output.score for output in llm.score(query, documents)])
+    np.testing.assert_allclose(scores, expected, rtol=1e-4, atol=1e-4)
+    ranked = llm.rerank(query, documents)
+    assert [result.index for result in ranked] == list(np.argsort(-expected, kind="stable"))
+
+
+def test_prompts_lengths_and_skiplist(bert_dir: Path, tmp_path: Path, texts: list[str]) -> None:
+    """Query / document prompts, query_length / document_length caps and a punctuation skiplist on the
+    document side, as MultiVectorEncoder applies them."""
+    path = save_colbert(
+        tmp_path / "model",
+        bert_dir,
+        prompts={"query": "query: ", "document": "passage: "},
+        skiplist=True,
+        query_length=12,
+        document_length=40,
+    )
+    config = json.loads((path / "sentence_bert_config.json").read_text())
+    assert config.get("query_length") == 12 and config.get("document_length") == 40
+    llm = wde.LLM(str(path), device="cpu")
+    assert llm.model_config.multi_vector.skiplist_ids  # punctuation ids of the MiniLM vocabulary
+    assert_same_vectors(llm.encode(texts, input_type="document"), reference(path, texts, "document"))
+    assert_same_vectors(llm.encode(texts, input_type="query"), reference(path, texts, "query"))
+
+
+def test_query_expansion_is_refused_with_a_reason(bert_dir: Path, tmp_path: Path) -> None:
+    path = save_colbert(tmp_path / "model", bert_dir)
+    config_path = path / "sentence_bert_config.json"
+    config = json.loads(config_path.read_text())
+    config["query_expansion"] = {"strategy": "fixed", "attend": False, "length": 32}
+    config_path.write_text(json.dumps(config))
+    with pytest.raises(ValueError, match="query_expansion"):
+        wde.LLM(str(path), device="cpu")
+
+
+def test_batch_equals_single(colbert_dir: Path, texts: list[str]) -> None:
+    llm = wde.LLM(str(colbert_dir), device="cpu")
+    batch = llm.encode(texts, input_type="query")
+    for text, output in zip(texts, batch, strict=True):
+        alone = llm.encode(text, input_type="query")[0]
+        np.testing.assert_allclose(output.vectors, alone.vectors, atol=1e-5)
