@@ -13,28 +13,13 @@ from typing import Any
 import numpy as np
 import pytest
 
+from tests.counted_forward import CountedForward
 from wde import LLM, PoolingParams
 from wde.engine.result_cache import MIB, ResultCache
 from wde.engine.result_reuse import prompt_key
 from wde.outputs import EmbeddingOutput, SparseEmbeddingOutput
 
 TEXTS = ["What is Debian?", "A free operating system.", "a", "A pastry."]
-
-
-class CountedForward:
-    """Wraps ``runner.execute_model``: the forward passes and sequences the model really ran."""
-
-    def __init__(self, llm: LLM) -> None:
-        self.original = llm.engine.runner.execute_model
-        self.batch_sizes: list[int] = []
-        llm.engine.runner.execute_model = self
-
-    def __call__(self, batch: Any) -> Any:
-        self.batch_sizes.append(len(batch.request_ids))
-        return self.original(batch)
-
-    def reset(self) -> None:
-        self.batch_sizes.clear()
 
 
 @pytest.fixture(scope="module")
@@ -51,7 +36,7 @@ def model_with_prompts(tmp_path_factory: pytest.TempPathFactory, default_model_p
 @pytest.fixture(scope="module")
 def cached(model_with_prompts: Path) -> Iterator[tuple[LLM, CountedForward]]:
     llm = LLM(str(model_with_prompts), cache_size=4)
-    yield llm, CountedForward(llm)
+    yield llm, CountedForward(llm.engine)
 
 
 def embeddings(outputs: list[Any]) -> np.ndarray:
@@ -141,12 +126,12 @@ def test_errors_name_the_callers_positions_and_are_not_cached(cached) -> None:
 
 def test_the_cache_off_is_todays_engine(default_llm: LLM) -> None:
     assert default_llm.result_reuse is None
-    forward = CountedForward(default_llm)
+    forward = CountedForward(default_llm.engine)
     try:
         default_llm.encode(["same", "same"])
         assert forward.batch_sizes == [2]  # duplicates run as given
     finally:
-        default_llm.engine.runner.execute_model = forward.original
+        forward.uninstall()
 
 
 def test_keys_tell_apart_what_the_engine_tells_apart() -> None:

@@ -4,29 +4,16 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import Any
 
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from tests.counted_forward import CountedForward
 from tests.server.conftest import TEXTS, asgi_client
 from wde import EngineArgs, LLMEngine
 from wde.engine.async_llm_engine import AsyncLLMEngine
 
 pytestmark = pytest.mark.anyio
-
-
-class CountedForward:
-    """Wraps the engine's ``runner.execute_model``: the sequences of each forward pass the model ran."""
-
-    def __init__(self, engine: LLMEngine) -> None:
-        self.original = engine.runner.execute_model
-        self.batch_sizes: list[int] = []
-        engine.runner.execute_model = self
-
-    def __call__(self, batch: Any) -> Any:
-        self.batch_sizes.append(len(batch.request_ids))
-        return self.original(batch)
 
 
 @pytest.fixture(scope="module")
