@@ -28,6 +28,9 @@ CURRENT_TRACE: ContextVar[RequestTrace | None] = ContextVar("wde_request_trace",
 class RequestTrace:
     offset_ns: int  # epoch ns - monotonic ns, sampled as the request began
     records: list[CallRecord] = field(default_factory=list)
+    # False once the request is answered: a background task started by the request (and so inheriting its
+    # context) must not pile its calls onto a finished trace
+    is_open: bool = True
 
     def to_ns(self, monotonic_seconds: float) -> int:
         return round(monotonic_seconds * 1e9) + self.offset_ns
@@ -36,13 +39,14 @@ class RequestTrace:
 def record_call(record: CallRecord) -> None:
     """The engine's call observer: the record goes to the traced request it was submitted for."""
     trace = CURRENT_TRACE.get()
-    if trace is not None:
+    if trace is not None and trace.is_open:
         trace.records.append(record)
 
 
 def add_child_spans(tracer: Any, parent_context: Any, trace: RequestTrace, response_end: float) -> None:
     """The queue, tokenization, inference and serialization spans of ``trace`` under ``parent_context``;
-    ``response_end`` is when the last byte was sent (monotonic seconds)."""
+    ``response_end`` is when the last byte was sent (monotonic seconds). Closes ``trace``."""
+    trace.is_open = False
     if not trace.records:
         return  # no engine work: /info, /health, an answer before the handler ran
     ran = [(output, tokenized) for record in trace.records for output, tokenized in _pairs(record)]

@@ -3,6 +3,7 @@ tree of one request through a real engine, read back from the SDK's in-memory ex
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 
 import httpx
@@ -14,11 +15,13 @@ from opentelemetry.trace import SpanKind
 
 from server.app import create_app
 from server.middleware.tracing import TracingMiddleware
+from server.request_trace import CURRENT_TRACE, RequestTrace, add_child_spans, record_call
 from server.settings import ServerSettings
 from server.tracing import Tracing, exporter_names, tracing_requested
 from tests.server.conftest import TEXTS
 from wde import EngineArgs
 from wde.engine.async_llm_engine import AsyncLLMEngine
+from wde.engine.call_record import CallRecord
 from wde.engine.tokenization_clock import TokenizationClock
 
 pytestmark = pytest.mark.anyio
@@ -133,6 +136,24 @@ async def test_the_traced_engine_scheduler_tokenizes_through_the_clock(traced) -
     _, _, engine = traced
     assert isinstance(engine._tokenization_clock, TokenizationClock)
     assert engine._tokenization_clock._spans == {}  # every finished call took its times
+
+
+def test_an_answered_request_takes_no_more_engine_calls() -> None:
+    """A background task a request started inherits its context: its later calls stay out of the trace."""
+    request_trace = RequestTrace(time.time_ns() - time.monotonic_ns())
+    token = CURRENT_TRACE.set(request_trace)
+    try:
+        record = CallRecord([], [], time.monotonic())
+        record_call(record)
+        exporter = InMemorySpanExporter()
+        provider = TracerProvider()
+        provider.add_span_processor(SimpleSpanProcessor(exporter))
+        add_child_spans(provider.get_tracer("test"), None, request_trace, time.monotonic())
+        record_call(record)
+    finally:
+        CURRENT_TRACE.reset(token)
+    assert request_trace.records == [record]
+    assert [span.name for span in exporter.get_finished_spans()] == ["serialization"]
 
 
 def test_the_environment_decides_when_the_flag_is_unset(monkeypatch: pytest.MonkeyPatch) -> None:
