@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import sys
+import threading
 from collections import OrderedDict
 from collections.abc import Hashable
 from dataclasses import dataclass
@@ -48,6 +49,7 @@ class ResultCache:
         self.num_hits = 0
         self.num_misses = 0
         self.num_evictions = 0
+        self._lock = threading.Lock()  # callers on several threads (a scrape reads stats) see whole updates
         self._entries: OrderedDict[Hashable, tuple[RequestOutput, int]] = (
             OrderedDict()
         )  # key -> (output, size)
@@ -57,13 +59,14 @@ class ResultCache:
 
     def get(self, key: Hashable) -> RequestOutput | None:
         """A copy of the output kept for ``key`` (now the most recently used), or None (a miss)."""
-        entry = self._entries.get(key)
-        if entry is None:
-            self.num_misses += 1
-            return None
-        self._entries.move_to_end(key)
-        self.num_hits += 1
-        return copy_output(entry[0])
+        with self._lock:
+            entry = self._entries.get(key)
+            if entry is None:
+                self.num_misses += 1
+                return None
+            self._entries.move_to_end(key)
+            self.num_hits += 1
+        return copy_output(entry[0])  # the kept output is never changed: copied outside the lock
 
     def put(self, key: Hashable, output: RequestOutput, key_bytes: int | None = None) -> bool:
         """Keep a copy of ``output`` for ``key``, evicting the least recently used entries to make room;
@@ -73,26 +76,28 @@ class ResultCache:
         size = size_of(kept) + (size_of(key) if key_bytes is None else key_bytes) + ENTRY_OVERHEAD_BYTES
         if size > self.max_bytes:
             return False
-        old = self._entries.pop(key, None)
-        if old is not None:
-            self.num_bytes -= old[1]
-        while self.num_bytes + size > self.max_bytes:
-            _, (_, evicted_size) = self._entries.popitem(last=False)
-            self.num_bytes -= evicted_size
-            self.num_evictions += 1
-        self._entries[key] = (kept, size)
-        self.num_bytes += size
+        with self._lock:
+            old = self._entries.pop(key, None)
+            if old is not None:
+                self.num_bytes -= old[1]
+            while self.num_bytes + size > self.max_bytes:
+                _, (_, evicted_size) = self._entries.popitem(last=False)
+                self.num_bytes -= evicted_size
+                self.num_evictions += 1
+            self._entries[key] = (kept, size)
+            self.num_bytes += size
         return True
 
     def stats(self) -> CacheStats:
-        return CacheStats(
-            self.max_bytes,
-            self.num_bytes,
-            len(self._entries),
-            self.num_hits,
-            self.num_misses,
-            self.num_evictions,
-        )
+        with self._lock:
+            return CacheStats(
+                self.max_bytes,
+                self.num_bytes,
+                len(self._entries),
+                self.num_hits,
+                self.num_misses,
+                self.num_evictions,
+            )
 
 
 def copy_output(value: Any, drop_metrics: bool = False) -> Any:
