@@ -2,6 +2,7 @@
 caller's trace from its W3C ``traceparent`` / ``tracestate`` headers (the propagators of
 ``OTEL_PROPAGATORS``; W3C trace context by default), with the engine's child spans added when the answer
 has been sent (``server/request_trace.py``). Outermost: the span covers every answer, 401 and 429 included.
+``/health`` and ``/metrics`` are not traced.
 """
 
 from __future__ import annotations
@@ -16,6 +17,8 @@ from server.request_trace import CURRENT_TRACE, RequestTrace, add_child_spans
 from server.tracing import Tracing
 
 CLIENT_CLOSED = 499  # no answer was sent (the client went away), as HttpMetricsMiddleware counts it
+# Probes and scrapes, every few seconds from every supervisor: not traced (their counts are in /metrics)
+UNTRACED_PATHS = frozenset({"/health", "/metrics"})
 
 
 class TracingMiddleware:
@@ -24,7 +27,7 @@ class TracingMiddleware:
         self.tracer = tracing.tracer
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
+        if scope["type"] != "http" or scope["path"] in UNTRACED_PATHS:
             await self.app(scope, receive, send)
             return
         # 1. the request span, a child of the caller's span when its headers carry one

@@ -114,6 +114,14 @@ async def test_answers_without_engine_work_have_only_the_request_span(traced) ->
     assert response.status_code == 422
     (request,) = exporter.get_finished_spans()
     assert request.name == "POST /embed" and request.attributes["http.response.status_code"] == 422
+    # probes and scrapes are not traced
+    exporter.clear()
+    transport = httpx.ASGITransport(app=app)
+    async with httpx.AsyncClient(transport=transport, base_url="http://wde.test") as client:
+        assert (await client.get("/health")).status_code == 200
+        assert (await client.get("/metrics")).status_code == 200
+        assert (await client.get("/info")).status_code == 200
+    assert [span.name for span in exporter.get_finished_spans()] == ["GET /info"]
 
 
 async def test_off_by_default_no_middleware_no_observer_no_clock(
