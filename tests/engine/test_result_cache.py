@@ -113,8 +113,10 @@ def test_outputs_are_copies_a_caller_cannot_corrupt_the_cache(cached) -> None:
 def test_errors_name_the_callers_positions_and_are_not_cached(cached) -> None:
     llm, _ = cached
     llm.encode(["known text"])
+    num_hits = llm.result_reuse.stats().num_hits
     with pytest.raises(TypeError, match=r"inputs\[3\]"):
         llm.encode(["known text", "known text", "other", 5])
+    assert llm.result_reuse.stats().num_hits == num_hits  # not looked up: the engine refused the call
     long_text = "word " * 400
     with pytest.raises(ValueError, match=r"inputs\[2\]: input has"):
         llm.encode(["known text", "known text", long_text], truncate=False)

@@ -112,13 +112,13 @@ class ResultReuse:
             hash(params_key)
         except TypeError:
             return None
+        input_keys = [prompt_key(prompt) for prompt in prompts]
+        if None in input_keys:
+            return None
         params_bytes = size_of(params_key)
         plan = ReusePlan([], [], [])
         position: dict[Hashable, int] = {}  # key -> index in to_run
-        for prompt in prompts:
-            input_key = prompt_key(prompt)
-            if input_key is None:
-                return None
+        for prompt, input_key in zip(prompts, input_keys, strict=True):
             key = (self.model_key, params_key, input_key)
             if key in position:
                 plan.sources.append(position[key])
