@@ -34,12 +34,23 @@ from server.middleware.request_body import RequestBodyMiddleware
 from server.openapi import install_openapi
 from server.request_trace import record_call
 from server.responses import ORJSONResponse
-from server.routes import compat, embed, embed_sparse, info, metrics, openai, predict, rerank, tokenize
+from server.routes import (
+    compat,
+    embed,
+    embed_all,
+    embed_sparse,
+    info,
+    metrics,
+    openai,
+    predict,
+    rerank,
+    tokenize,
+)
 from server.settings import ServerSettings
 from server.tracing import Tracing
 from wde.engine.async_llm_engine import AsyncLLMEngine
 
-ROUTE_MODULES = (info, embed, embed_sparse, rerank, predict, tokenize, openai, metrics, compat)
+ROUTE_MODULES = (info, embed, embed_all, embed_sparse, rerank, predict, tokenize, openai, metrics, compat)
 
 
 def create_app(

@@ -89,6 +89,11 @@ PositiveInt = Annotated[StrictInt, Field(ge=1), BeforeValidator(_integral_float_
 Dimensions = Annotated[PositiveInt, Field(description="keep the first N dimensions (Matryoshka)")]
 
 
+OutputKind = Literal["dense", "sparse", "multi_vector"]
+InputType = Literal["query", "document"]
+INPUT_TYPE_HELP = "a late-interaction (ColBERT) model encodes a query or a document (the default) side"
+
+
 class RequestModel(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
@@ -131,6 +136,17 @@ class EmbedSparseRequest(RequestModel):
     max_active_dims: PositiveInt | None = Field(
         None, description="keep each input's N largest weights (null: the model's max_active_dims, else all)"
     )
+
+
+class EmbedAllRequest(RequestModel):
+    """TEI ``POST /embed_all``: every scored token's vector per input (a multi-vector model: ColBERT,
+    BGE-M3). ``input_type`` is wde's: a late-interaction model's query or document side."""
+
+    inputs: Inputs
+    truncate: StrictBool | None = Field(None, description="null: the server's --truncate default")
+    truncation_direction: TruncationDirection = "right"
+    prompt_name: str | None = None
+    input_type: InputType | None = Field(None, description=INPUT_TYPE_HELP)
 
 
 class SparseValue(BaseModel):
@@ -291,12 +307,38 @@ class EmbeddingRequest(RequestModel):
     encoding_format: Literal["float", "base64"] = "float"
     dimensions: Dimensions | None = None
     user: str | None = None  # accepted and ignored, as OpenAI clients send it
+    # wde's: the output kind(s) of each embedding (README "Sparse and multi-vector output")
+    output: OutputKind | Annotated[list[OutputKind], Field(min_length=1)] = Field(
+        "dense",
+        description="dense (OpenAI's vector), sparse ({indices, values}), multi_vector (one vector per "
+        "token), or a list of them: then each embedding is {kind: value}",
+    )
+    input_type: InputType | None = Field(None, description=INPUT_TYPE_HELP)
+    max_active_dims: PositiveInt | None = Field(None, description="sparse output: keep the N largest weights")
+
+
+class SparseEmbedding(BaseModel):
+    """A sparse embedding: token ids ascending and their weights (base64: little-endian int32 / float32)."""
+
+    indices: list[int] | str
+    values: list[float] | str
+
+
+class MultiVectorEmbedding(BaseModel):
+    """Token vectors in base64: little-endian float32, row-major ``shape`` [num_vectors, size]."""
+
+    data: str
+    shape: list[int]
+
+
+KindEmbedding = list[float] | str | SparseEmbedding | list[list[float]] | MultiVectorEmbedding
 
 
 class EmbeddingData(BaseModel):
     object: Literal["embedding"] = "embedding"
     index: int
-    embedding: list[float] | str  # str: base64 of little-endian float32
+    # a kind's value (dense: floats, or base64 of little-endian float32), or {kind: value} for several
+    embedding: KindEmbedding | dict[str, KindEmbedding]
 
 
 class Usage(BaseModel):

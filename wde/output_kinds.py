@@ -35,13 +35,13 @@ OUTPUT_KINDS: dict[str, OutputKind] = {
         OutputKind(
             "sparse",
             "vocabulary weights per text: (token id, weight) pairs (SPLADE, BGE-M3 lexical weights)",
-            ("/embed_sparse",),
+            ("/embed_sparse", "/v1/embeddings"),
             "wde.layers.pooler.sparse_pooler:build_sparse_head",
         ),
         OutputKind(
             "multi_vector",
             "one vector per token (ColBERT late interaction, BGE-M3 ColBERT vectors)",
-            ("/embed_all",),
+            ("/embed_all", "/v1/embeddings"),
             "wde.layers.pooler.multi_vector_pooler:build_multi_vector_head",
         ),
     )

@@ -19,6 +19,7 @@ from server.app_state import get_state
 from server.protocol import (
     AnyRerankRequest,
     CohereRerankRequest,
+    EmbedAllRequest,
     EmbeddingRequest,
     EmbedRequest,
     EmbedSparseRequest,
@@ -26,7 +27,7 @@ from server.protocol import (
     RerankRequest,
 )
 from server.responses import ORJSONResponse
-from server.routes import embed, embed_sparse, openai, predict, rerank
+from server.routes import embed, embed_all, embed_sparse, openai, predict, rerank
 from wde.config import ModelConfig
 
 router = APIRouter(tags=["TEI"])
@@ -36,24 +37,21 @@ _OPENAI = TypeAdapter(EmbeddingRequest)
 _RERANK = TypeAdapter(AnyRerankRequest)
 _PREDICT = TypeAdapter(PredictRequest)
 _SPARSE = TypeAdapter(EmbedSparseRequest)
+_ALL = TypeAdapter(EmbedAllRequest)
 DESCRIPTION = (
-    "An embedding model: the body of POST /embed, or of POST /embed_sparse for a SPLADE model (or of "
-    "POST /v1/embeddings, with `input`). A cross-encoder or classifier: the body of POST /rerank (with "
-    "`query`) or of POST /predict."
+    "An embedding model: the body of POST /embed, or of POST /embed_sparse for a SPLADE model, or of "
+    "POST /embed_all for a ColBERT model (or of POST /v1/embeddings, with `input`). A cross-encoder or "
+    "classifier: the body of POST /rerank (with `query`) or of POST /predict."
 )
+# the TEI route and body of an embedding model's own (first) output kind
+_INPUTS_BODIES = {"dense": EmbedRequest, "sparse": EmbedSparseRequest, "multi_vector": EmbedAllRequest}
 
 
 def root_bodies(model_config: ModelConfig) -> tuple[str, ...]:
     """The request models POST / takes for this model (as dispatched below; /openapi.json documents them)."""
     if model_config.task == "score":
         return (RerankRequest.__name__, CohereRerankRequest.__name__, PredictRequest.__name__)
-    inputs_body = EmbedSparseRequest if _is_sparse(model_config) else EmbedRequest
-    openai_body = (EmbeddingRequest.__name__,) if "dense" in model_config.outputs else ()
-    return (inputs_body.__name__, *openai_body)
-
-
-def _is_sparse(model_config: ModelConfig) -> bool:
-    return model_config.outputs[0] == "sparse"
+    return (_INPUTS_BODIES[model_config.outputs[0]].__name__, EmbeddingRequest.__name__)
 
 
 @router.post("/", response_class=ORJSONResponse, description=DESCRIPTION)
@@ -63,8 +61,10 @@ async def compat(request: Request, body: dict[str, Any] = Body(...)) -> ORJSONRe
     if model_config.task == "embed":
         if "input" in body:
             return await openai.create_embeddings(_validate(_OPENAI, body), request)
-        if _is_sparse(model_config):
+        if model_config.outputs[0] == "sparse":
             return await embed_sparse.embed_sparse(_validate(_SPARSE, body), request)
+        if model_config.outputs[0] == "multi_vector":
+            return await embed_all.embed_all(_validate(_ALL, body), request)
         return await embed.embed(_validate(_EMBED, body), request)
     if "query" in body:
         return await rerank.rerank(_validate(_RERANK, body), request)

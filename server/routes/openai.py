@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+from typing import Any
 
 import numpy as np
 from fastapi import APIRouter, Request
@@ -12,6 +13,7 @@ from server.app_state import get_state
 from server.protocol import EmbeddingRequest, EmbeddingResponse, ModelList
 from server.responses import ORJSONResponse
 from wde.inputs import PoolingParams
+from wde.outputs import CombinedEmbeddingOutput, EmbeddingOutput, MultiVectorOutput, SparseEmbeddingOutput
 
 router = APIRouter(prefix="/v1", tags=["OpenAI"])
 
@@ -25,17 +27,23 @@ async def create_embeddings(body: EmbeddingRequest, request: Request) -> ORJSONR
     if any(isinstance(item, dict) for item in body.input):
         state.warn_token_ids_once()
     # 2. the engine (bad input raises: 422 / 400); normalization: the model's default, as LLM.encode
-    params = PoolingParams(dimensions=body.dimensions, output="dense")
+    output = body.output if isinstance(body.output, str) else tuple(body.output)
+    params = PoolingParams(
+        dimensions=body.dimensions,
+        output=output,
+        input_type=body.input_type,
+        max_active_dims=body.max_active_dims,
+    )
     outputs = await state.engine.encode(body.input, params)
-    # 3. the response, vectors as float lists or base64 of little-endian float32
-    encode = _base64 if body.encoding_format == "base64" else _identity
+    # 3. the response: each kind as floats, or base64 of little-endian float32 (int32 sparse ids)
+    base64_format = body.encoding_format == "base64"
     num_tokens = sum(output.num_tokens for output in outputs)
     record_usage(request.state, len(outputs), num_tokens)
     return ORJSONResponse(
         {
             "object": "list",
             "data": [
-                {"object": "embedding", "index": index, "embedding": encode(output.embedding)}
+                {"object": "embedding", "index": index, "embedding": embedding_value(output, base64_format)}
                 for index, output in enumerate(outputs)
             ],
             "model": state.served_model_name,
@@ -51,9 +59,24 @@ async def list_models(request: Request) -> ORJSONResponse:
     return ORJSONResponse({"object": "list", "data": [card]})
 
 
-def _base64(embedding: np.ndarray) -> str:
-    return base64.b64encode(embedding.astype("<f4", copy=False).tobytes()).decode("ascii")
+def embedding_value(
+    output: EmbeddingOutput | SparseEmbeddingOutput | MultiVectorOutput | CombinedEmbeddingOutput,
+    base64_format: bool,
+) -> Any:
+    """One input's ``embedding``: a dense vector (floats or base64), ``{"indices", "values"}`` (sparse),
+    token vectors (``[[float]]``, or ``{"data", "shape"}`` in base64), or ``{kind: value}`` for several."""
+    if isinstance(output, CombinedEmbeddingOutput):
+        return {kind: embedding_value(part, base64_format) for kind, part in output.outputs.items()}
+    if isinstance(output, SparseEmbeddingOutput):
+        if base64_format:
+            return {"indices": _base64(output.indices, "<i4"), "values": _base64(output.values, "<f4")}
+        return {"indices": output.indices, "values": output.values}
+    if isinstance(output, MultiVectorOutput):
+        if base64_format:
+            return {"data": _base64(output.vectors, "<f4"), "shape": list(output.vectors.shape)}
+        return output.vectors
+    return _base64(output.embedding, "<f4") if base64_format else output.embedding
 
 
-def _identity(embedding: np.ndarray) -> np.ndarray:
-    return embedding
+def _base64(array: np.ndarray, dtype: str) -> str:
+    return base64.b64encode(np.ascontiguousarray(array, dtype=dtype).tobytes()).decode("ascii")

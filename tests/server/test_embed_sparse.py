@@ -92,7 +92,8 @@ async def test_info_and_openapi_say_sparse(splade_engine: AsyncLLMEngine) -> Non
     assert info["model_type"] == {"embedding": {"pooling": "splade"}}
     assert info["outputs"] == ["sparse"] and info["model_architecture"] == "BertForMaskedLM"
     assert {"/embed_sparse", "/rerank", "/v1/rerank"} <= set(paths)  # rerank: sparse dot products
-    assert not {"/embed", "/v1/embeddings", "/predict"} & set(paths)
+    assert "/v1/embeddings" in paths  # {"output": "sparse"}
+    assert not {"/embed", "/embed_all", "/predict"} & set(paths)
 
 
 async def test_dense_routes_of_a_splade_model_answer_400(splade_engine: AsyncLLMEngine) -> None:

@@ -1,0 +1,33 @@
+"""TEI ``POST /embed_all``: ``{"inputs": ...}`` -> per input its scored token vectors
+``[[[float, ...], ...], ...]`` (a multi-vector model: ColBERT, BGE-M3's ColBERT vectors)."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter, Request
+
+from server.access_log import record_usage
+from server.app_state import get_state
+from server.protocol import EmbedAllRequest
+from server.responses import ORJSONResponse
+from wde.inputs import PoolingParams
+from wde.outputs import MultiVectorOutput
+
+router = APIRouter(tags=["TEI"])
+
+
+@router.post("/embed_all", response_model=list[list[list[float]]], response_class=ORJSONResponse)
+async def embed_all(body: EmbedAllRequest, request: Request) -> ORJSONResponse:
+    state = get_state(request)
+    # 1. limits
+    state.check_num_inputs(len(body.inputs), "inputs")
+    # 2. the engine (bad input raises: 422 / 400; a model without token vectors: 400 naming its outputs)
+    params = PoolingParams(
+        truncate=body.truncate,
+        prompt_name=body.prompt_name,
+        output="multi_vector",
+        input_type=body.input_type,
+    )
+    outputs: list[MultiVectorOutput] = await state.engine.encode(body.inputs, params)
+    record_usage(request.state, len(outputs), sum(output.num_tokens for output in outputs))
+    # 3. TEI's shape: each input's [num_vectors, size] float32 array straight to orjson (no float lists)
+    return ORJSONResponse([output.vectors for output in outputs])
