@@ -26,6 +26,7 @@ SPARSE_ACTIVATIONS = ("relu", "log1p_relu")  # SpladePooling activation_function
 SPARSE_SIMILARITIES = ("dot", "cosine")  # SparseEncoder's similarity_fn_name that wde scores with
 MULTI_VECTOR_SIMILARITIES = ("maxsim", "meanmaxsim")  # MultiVectorEncoder's similarity_fn_name
 INPUT_TYPES = ("query", "document")  # the side of a late-interaction model a text is encoded on
+QUERY_EXPANSION_STRATEGIES = ("fixed", "min")  # sentence-transformers' query_expansion["strategy"]
 # Post-load weight quantization methods (wde.layers.quantization.quantize.QUANTIZERS implements them).
 QUANTIZATIONS = ("int8",)
 
@@ -105,8 +106,10 @@ class MultiVectorConfig:
     ``skip_first``: the first token's vector is left out (BGE-M3's [CLS]). ``skiplist_ids``: tokens left
     out of a document's vectors (and of a query's with ``skiplist_queries``), as MultiVectorMask does.
     A query (``input_type="query"``) is cut at ``query_length`` tokens and, with ``query_expansion_length``,
-    padded with ``query_expansion_token_id`` up to that many tokens (ColBERT's query augmentation; the
-    encoder attends to them); a document is cut at ``document_length``."""
+    padded with ``query_expansion_token_id`` up to that many tokens (ColBERT's query augmentation:
+    strategy ``fixed`` cuts every query to that length first, ``min`` only pads shorter ones; the other
+    tokens attend to the expansion tokens only with ``query_expansion_attend``); a document is cut at
+    ``document_length``."""
 
     projection: DenseConfig | None = None
     normalize: bool = True
@@ -117,6 +120,8 @@ class MultiVectorConfig:
     document_length: int | None = None
     query_expansion_length: int | None = None
     query_expansion_token_id: int | None = None
+    query_expansion_strategy: str = "fixed"  # fixed: every query is that long; min: at least that long
+    query_expansion_attend: bool = False  # whether the other tokens attend to the expansion tokens
     similarity: str = "maxsim"  # maxsim: sum over query tokens; meanmaxsim: divided by their number
 
     def verify(self) -> None:
@@ -133,6 +138,11 @@ class MultiVectorConfig:
                 raise ValueError(f"{name} ({value}) must be >= 2 (room for the special tokens)")
         if (self.query_expansion_length is None) != (self.query_expansion_token_id is None):
             raise ValueError("query expansion needs both its length and its token id")
+        if self.query_expansion_strategy not in QUERY_EXPANSION_STRATEGIES:
+            raise ValueError(
+                f"query_expansion strategy {self.query_expansion_strategy!r} is not one of "
+                f"{QUERY_EXPANSION_STRATEGIES}"
+            )
 
     @property
     def size(self) -> int | None:
@@ -230,6 +240,11 @@ class ModelConfig:
         unknown = [kind for kind in self.outputs if kind not in OUTPUT_KINDS]
         if not self.outputs or unknown:
             raise ValueError(f"outputs {list(self.outputs)} must be one or more of {list(OUTPUT_KINDS)}")
+        expansion = self.multi_vector.query_expansion_length if self.multi_vector else None
+        if expansion is not None and expansion > self.max_model_len:
+            raise ValueError(
+                f"query_expansion length ({expansion}) is longer than max_model_len ({self.max_model_len})"
+            )
         for kind, config in (("sparse", self.sparse), ("multi_vector", self.multi_vector)):
             if (kind in self.outputs) != (config is not None):
                 raise ValueError(f"a model serves {kind} output exactly when it has its {kind} configuration")

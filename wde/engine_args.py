@@ -238,6 +238,10 @@ def _resolve_outputs(
     if st_metadata.multi_vector is not None:
         multi_vector = st_metadata.multi_vector
         multi_vector.skiplist_ids = tuple(token_ids_of_words(tokenizer_path, st_metadata.skiplist_words))
+        if multi_vector.query_expansion_length is not None:
+            multi_vector.query_expansion_token_id = _expansion_token_id(
+                tokenizer_path, st_metadata.expansion_token
+            )
         projection = multi_vector.projection
         if projection is not None and projection.in_features != hidden_size:
             raise ValueError(
@@ -247,6 +251,20 @@ def _resolve_outputs(
         return ("multi_vector",), None, multi_vector
     outputs, sparse = _splade_outputs(model_cls, architecture, st_metadata, hf_config, model_path)
     return outputs, sparse, None
+
+
+def _expansion_token_id(tokenizer_path: str, token: str | None) -> int:
+    """ColBERT query expansion's token: the configured one, else the tokenizer's mask token, else its eos
+    token (sentence-transformers' fallback chain)."""
+    from wde.tokenizer import special_token_ids, token_ids_of_words
+
+    ids = token_ids_of_words(tokenizer_path, [token]) if token else []
+    for name in ("mask_token", "eos_token"):
+        ids = ids or special_token_ids(tokenizer_path, (name,))
+    if not ids:
+        wanted = repr(token) if token else "a mask or eos token"
+        raise ValueError(f"query_expansion needs {wanted} in the tokenizer of {tokenizer_path}")
+    return ids[0]
 
 
 def _splade_outputs(

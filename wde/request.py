@@ -57,6 +57,8 @@ class Request:
     status: RequestStatus = RequestStatus.WAITING
     error: Exception | None = None
     truncated: bool = False  # cut to max_model_len
+    # trailing tokens that attend but are not attended to (a ColBERT query's expansion with attend=False)
+    num_unattended_tokens: int = 0
     priority: int = PRIORITY_INTERACTIVE
 
     @property

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
 
 import wde
 from tests.tiny_models import SEED, save_tiny_bert, training_texts
@@ -128,14 +129,38 @@ def test_prompts_lengths_and_skiplist(bert_dir: Path, tmp_path: Path, texts: lis
     assert_same_vectors(llm.encode(texts, input_type="query"), reference(path, texts, "query"))
 
 
-def test_query_expansion_is_refused_with_a_reason(bert_dir: Path, tmp_path: Path) -> None:
-    path = save_colbert(tmp_path / "model", bert_dir)
-    config_path = path / "sentence_bert_config.json"
-    config = json.loads(config_path.read_text())
-    config["query_expansion"] = {"strategy": "fixed", "attend": False, "length": 32}
-    config_path.write_text(json.dumps(config))
-    with pytest.raises(ValueError, match="query_expansion"):
-        wde.LLM(str(path), device="cpu")
+@pytest.mark.parametrize(
+    "expansion",
+    [
+        {"strategy": "fixed", "attend": False, "length": 24},  # classic ColBERT / PyLate
+        {"strategy": "fixed", "attend": True, "length": 24},
+        {"strategy": "min", "attend": False, "length": 24},
+    ],
+    ids=["fixed-hidden", "fixed-attended", "min-hidden"],
+)
+@pytest.mark.parametrize("backend", ["torch_sdpa", "naive"])
+def test_query_expansion_equals_multi_vector_encoder(
+    bert_dir: Path, tmp_path: Path, texts: list[str], expansion: dict, backend: str
+) -> None:
+    """Queries padded with [MASK] up to the expansion length (cut to it first when fixed); with attend=False
+    the other tokens do not attend to them, yet their vectors are scored, as MultiVectorEncoder does."""
+    path = save_colbert(tmp_path / "model", bert_dir, query_expansion=expansion)
+    llm = wde.LLM(str(path), device="cpu", attention_backend=backend)
+    got = llm.encode(texts, input_type="query")
+    assert all(
+        len(output.vectors) >= expansion["length"] or expansion["strategy"] == "fixed" for output in got
+    )
+    if expansion["strategy"] == "fixed":
+        assert all(len(output.vectors) == expansion["length"] for output in got)
+    assert_same_vectors(got, reference(path, texts, "query"))
+    assert_same_vectors(llm.encode(texts, input_type="document"), reference(path, texts, "document"))
+
+
+def test_hidden_expansion_needs_a_backend_that_hides_keys(bert_dir: Path, tmp_path: Path) -> None:
+    from wde.layers.attention.backends.flash_attn import FlashAttnBackend
+
+    with pytest.raises(ValueError, match="--attention-backend torch_sdpa"):
+        FlashAttnBackend.build_metadata([4, 3], torch.device("cpu"), num_keys=[2, 3])
 
 
 def test_batch_equals_single(colbert_dir: Path, texts: list[str]) -> None:

@@ -26,6 +26,7 @@ class RequestProcessor:
         for request in requests:
             if request.is_tokenized:
                 self._truncate_token_ids(request)
+                self._apply_side(request)
             else:
                 to_tokenize.append(request)
         if not to_tokenize:
@@ -48,7 +49,7 @@ class RequestProcessor:
             request.token_ids = encoding.token_ids
             request.token_type_ids = encoding.token_type_ids
             request.truncated = encoding.truncated
-            self._cap_side_length(request)
+            self._apply_side(request)
             if encoding.truncated and request.text_pair is not None and self.model_config.pair_template:
                 self._restore_template_tail(request)
         return len(to_tokenize)
@@ -82,19 +83,36 @@ class RequestProcessor:
             return params.input_type
         return self.model_config.default_prompt_name
 
-    def _cap_side_length(self, request: Request) -> None:
-        """A late-interaction model cuts queries at query_length and documents at document_length tokens
-        (its closing special token kept, as the tokenizer's own truncation does)."""
+    def _apply_side(self, request: Request) -> None:
+        """A late-interaction model's query or document side, as sentence-transformers' Transformer
+        tokenizes it: the side's length cap (the closing special token kept, as the tokenizer's own
+        truncation does), then a query's expansion tokens up to the expansion length."""
         config = self.model_config.multi_vector
-        if config is None:
+        if config is None or request.params.input_type is None:
             return
-        limit = config.query_length if request.params.input_type == "query" else config.document_length
-        if limit is None or len(request.token_ids) <= limit:
+        is_query = request.params.input_type == "query"
+        expansion = config.query_expansion_length if is_query else None
+        # 1. the cap: query_length / document_length; a fixed expansion fixes the query's length, a
+        #    minimum one raises query_length to at least the expansion length
+        limit = config.query_length if is_query else config.document_length
+        if expansion is not None and config.query_expansion_strategy == "fixed":
+            limit = expansion
+        elif expansion is not None and limit is not None:
+            limit = max(limit, expansion)
+        if limit is not None and len(request.token_ids) > limit:
+            request.token_ids = [*request.token_ids[: limit - 1], request.token_ids[-1]]
+            if request.token_type_ids is not None:
+                request.token_type_ids = request.token_type_ids[:limit]
+            request.truncated = True
+        # 2. ColBERT's query augmentation: expansion tokens up to the expansion length
+        if expansion is None or len(request.token_ids) >= expansion:
             return
-        request.token_ids = [*request.token_ids[: limit - 1], request.token_ids[-1]]
+        num_expansion = expansion - len(request.token_ids)
+        request.token_ids = [*request.token_ids, *[config.query_expansion_token_id] * num_expansion]
         if request.token_type_ids is not None:
-            request.token_type_ids = request.token_type_ids[:limit]
-        request.truncated = True
+            request.token_type_ids = [*request.token_type_ids, *[0] * num_expansion]
+        if not config.query_expansion_attend:
+            request.num_unattended_tokens = num_expansion
 
     def _restore_template_tail(self, request: Request) -> None:
         """Truncation cut the template's text after {document} (an LLM reranker's assistant prompt): cut the

@@ -72,6 +72,7 @@ class SentenceTransformerMetadata:
     # a MultiVectorEncoder's token vectors; its MultiVectorMask skiplist words (the tokenizer maps them)
     multi_vector: MultiVectorConfig | None = None
     skiplist_words: list[str] = field(default_factory=list)
+    expansion_token: str | None = None  # query expansion's token (None: the mask token, else eos)
 
     @property
     def outputs(self) -> tuple[str, ...] | None:
@@ -191,20 +192,25 @@ def _read_multi_vector_mask(module_dir: Path) -> tuple[list[str], bool]:
     return list(config.get("skiplist_words") or []), "query" in tasks
 
 
-def _read_multi_vector_lengths(model_dir: Path, multi_vector: MultiVectorConfig) -> None:
-    """The Transformer's query_length / document_length (root sentence_bert_config.json); query expansion
-    is refused (not supported yet)."""
+def _read_multi_vector_lengths(model_dir: Path, metadata: SentenceTransformerMetadata) -> None:
+    """The Transformer's query_length / document_length and query expansion (root
+    sentence_bert_config.json); the expansion token's id is the tokenizer's to resolve."""
+    multi_vector = metadata.multi_vector
+    assert multi_vector is not None
     config_path = model_dir / "sentence_bert_config.json"
     config = _read_json(config_path) if config_path.exists() else {}
-    if config.get("query_expansion") is not None:
-        raise ValueError(
-            f"{config_path} sets query_expansion {config['query_expansion']}: ColBERT query augmentation is "
-            "not supported yet; serve a model without it (or remove it from the file, at some loss of "
-            "quality)"
-        )
     for key in ("query_length", "document_length"):
         if config.get(key):
             setattr(multi_vector, key, int(config[key]))
+    expansion = config.get("query_expansion")
+    if expansion is None:
+        return
+    if not isinstance(expansion, dict) or not isinstance(expansion.get("length"), int):
+        raise ValueError(f"{config_path}: query_expansion {expansion!r} needs a 'length' (an int)")
+    multi_vector.query_expansion_length = int(expansion["length"])
+    multi_vector.query_expansion_strategy = str(expansion.get("strategy", "fixed"))
+    multi_vector.query_expansion_attend = bool(expansion.get("attend", False))
+    metadata.expansion_token = expansion.get("token")
 
 
 def read_st_metadata(model_dir: str | Path) -> SentenceTransformerMetadata:
@@ -267,7 +273,7 @@ def read_st_metadata(model_dir: str | Path) -> SentenceTransformerMetadata:
             if pooling is not None or metadata.sparse is not None:
                 raise ValueError(f"{modules_path} mixes a multi-vector model's modules with pooling")
             metadata.multi_vector.normalize = token_normalize
-            _read_multi_vector_lengths(model_dir, metadata.multi_vector)
+            _read_multi_vector_lengths(model_dir, metadata)
 
     # 2. max_seq_length (versions >= 5.7 keep it as the tokenizer's model_max_length instead)
     bert_config_path = model_dir / "sentence_bert_config.json"

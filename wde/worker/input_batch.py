@@ -71,7 +71,14 @@ class InputBatch:
             input_ids=input_ids_on_device,
             positions=to_device(positions, device),
             token_type_ids=token_type_ids,
-            attn_metadata=backend_cls.build_metadata(seq_lens, device),
+            attn_metadata=backend_cls.build_metadata(seq_lens, device, _num_keys(requests)),
             pooling_metadata=PoolingMetadata.from_seq_lens(seq_lens, device, input_ids_on_device),
             params=[request.params for request in requests],
         )
+
+
+def _num_keys(requests: list[Request]) -> list[int] | None:
+    """Per sequence its attended tokens, when some request has tokens that are not attended to."""
+    if not any(request.num_unattended_tokens for request in requests):
+        return None
+    return [request.num_tokens - request.num_unattended_tokens for request in requests]

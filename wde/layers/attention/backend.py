@@ -21,6 +21,9 @@ class AttentionMetadata:
     seq_lens: list[int]
     cu_seqlens: torch.Tensor  # [num_seqs + 1] int32, on the model's device
     max_seqlen: int
+    # per sequence, how many of its first tokens are keys (the rest attend but are not attended to: a
+    # ColBERT query's expansion tokens); None: every token is a key
+    num_keys: list[int] | None = None
 
     @property
     def num_seqs(self) -> int:
@@ -41,6 +44,8 @@ class AttentionBackend(ABC):
     # True when forward() depends only on tensors (cu_seqlens) and max_seqlen, so a CUDA graph can be
     # captured once and replayed with new cu_seqlens contents.
     supports_cuda_graphs: ClassVar[bool] = False
+    # True when forward() honours ``metadata.num_keys`` (tokens that are not attended to)
+    supports_key_limits: ClassVar[bool] = True
     supported_devices: ClassVar[tuple[str, ...]] = ("cpu", "cuda")
     supported_dtypes: ClassVar[tuple[torch.dtype, ...]] = (torch.float32, torch.bfloat16, torch.float16)
 
@@ -68,11 +73,18 @@ class AttentionBackend(ABC):
         return True, ""
 
     @classmethod
-    def build_metadata(cls, seq_lens: list[int], device: torch.device) -> AttentionMetadata:
+    def build_metadata(
+        cls, seq_lens: list[int], device: torch.device, num_keys: list[int] | None = None
+    ) -> AttentionMetadata:
         """Once per batch (not per layer); subclasses add what their layers share (groups, indices)."""
+        if num_keys is not None and not cls.supports_key_limits:
+            raise ValueError(
+                f"the {cls.name} attention backend attends to every token; inputs with unattended tokens "
+                "(ColBERT query expansion with attend=False) need --attention-backend torch_sdpa or naive"
+            )
         cu_seqlens = torch.zeros(len(seq_lens) + 1, dtype=torch.int32)
         torch.cumsum(torch.tensor(seq_lens, dtype=torch.int32), dim=0, out=cu_seqlens[1:])
-        return AttentionMetadata(seq_lens, cu_seqlens.to(device, non_blocking=True), max(seq_lens))
+        return AttentionMetadata(seq_lens, cu_seqlens.to(device, non_blocking=True), max(seq_lens), num_keys)
 
     @abstractmethod
     def forward(

@@ -16,6 +16,7 @@ class FlashAttnBackend(AttentionBackend):
     supported_devices = ("cuda",)
     supported_dtypes = (torch.float16, torch.bfloat16)
     supports_cuda_graphs = True
+    supports_key_limits = False  # varlen kernels attend to every token of a sequence
 
     @classmethod
     def is_available(cls, device_type: str, dtype: torch.dtype) -> tuple[bool, str]:

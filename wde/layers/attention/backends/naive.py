@@ -22,7 +22,7 @@ class NaiveBackend(AttentionBackend):
         key, value = self.expand_kv(key, value)
         output = torch.empty_like(query)
         start = 0
-        for seq_len in metadata.seq_lens:
+        for index, seq_len in enumerate(metadata.seq_lens):
             end = start + seq_len
             q = query[start:end].transpose(0, 1).float()  # [num_heads, seq_len, head_size]
             k = key[start:end].transpose(0, 1).float()
@@ -33,6 +33,8 @@ class NaiveBackend(AttentionBackend):
             allowed = allowed_keys(self.spec, seq_len, q.device)
             if allowed is not None:
                 scores = scores.masked_fill(~allowed, float("-inf"))
+            if metadata.num_keys is not None and metadata.num_keys[index] < seq_len:
+                scores[..., metadata.num_keys[index] :] = float("-inf")  # tokens that are not keys
             probs = torch.softmax(scores, dim=-1)
             output[start:end] = torch.matmul(probs, v).transpose(0, 1).to(query.dtype)
             start = end

@@ -31,7 +31,7 @@ class SdpaGroup:
     num_seqs: int
     max_len: int
     gather_index: torch.Tensor  # [num_seqs * max_len]: flat row for each padded slot (pads repeat a real row)
-    valid: torch.Tensor | None  # [num_seqs, max_len] bool, True on real tokens; None when lengths are equal
+    valid: torch.Tensor | None  # [num_seqs, max_len] bool, True on keys (real tokens); None: all are
     masks: dict[tuple[bool, tuple[int, int] | None], torch.Tensor | None] = field(default_factory=dict)
 
     def mask_for(self, spec: AttentionSpec) -> torch.Tensor | None:
@@ -86,9 +86,11 @@ class TorchSdpaBackend(AttentionBackend):
     name = "torch_sdpa"
 
     @classmethod
-    def build_metadata(cls, seq_lens: list[int], device: torch.device) -> SdpaMetadata:
-        base = AttentionBackend.build_metadata(seq_lens, device)
-        metadata = SdpaMetadata(base.seq_lens, base.cu_seqlens, base.max_seqlen)
+    def build_metadata(
+        cls, seq_lens: list[int], device: torch.device, num_keys: list[int] | None = None
+    ) -> SdpaMetadata:
+        base = AttentionBackend.build_metadata(seq_lens, device, num_keys)
+        metadata = SdpaMetadata(base.seq_lens, base.cu_seqlens, base.max_seqlen, num_keys)
         seq_starts = [0]
         for seq_len in seq_lens:
             seq_starts.append(seq_starts[-1] + seq_len)
@@ -105,12 +107,15 @@ class TorchSdpaBackend(AttentionBackend):
             rows = num_padded_rows + torch.arange(len(members) * max_len).view(len(members), max_len)
             scatter_index[gather_index[valid]] = rows[valid]
             num_padded_rows += len(members) * max_len
+            keys = valid  # the slots attended to: real tokens, the first num_keys of each when limited
+            if num_keys is not None:
+                keys = slot[None, :] < torch.tensor([num_keys[i] for i in members])[:, None]
             metadata.groups.append(
                 SdpaGroup(
                     len(members),
                     max_len,
                     gather_index.view(-1).to(device, non_blocking=True),
-                    None if bool(valid.all()) else valid.to(device, non_blocking=True),
+                    None if bool(keys.all()) else keys.to(device, non_blocking=True),
                 )
             )
         metadata.scatter_index = scatter_index.to(device, non_blocking=True)

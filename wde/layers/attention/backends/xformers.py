@@ -21,6 +21,7 @@ class XFormersMetadata(AttentionMetadata):
 
 class XFormersBackend(AttentionBackend):
     name = "xformers"
+    supports_key_limits = False  # varlen kernels attend to every token of a sequence
     supported_devices = ("cuda",)
 
     @classmethod
@@ -47,10 +48,12 @@ class XFormersBackend(AttentionBackend):
         self._attention = xops.memory_efficient_attention_forward
 
     @classmethod
-    def build_metadata(cls, seq_lens: list[int], device: torch.device) -> XFormersMetadata:
+    def build_metadata(
+        cls, seq_lens: list[int], device: torch.device, num_keys: list[int] | None = None
+    ) -> XFormersMetadata:
         from xformers.ops.fmha.attn_bias import BlockDiagonalMask
 
-        base = AttentionBackend.build_metadata(seq_lens, device)
+        base = super().build_metadata(seq_lens, device, num_keys)
         attn_bias = BlockDiagonalMask.from_seqlens(seq_lens)
         return XFormersMetadata(base.seq_lens, base.cu_seqlens, base.max_seqlen, attn_bias=attn_bias)
 
