@@ -145,6 +145,11 @@ class MultiVectorConfig:
             )
 
     @property
+    def hides_expansion_tokens(self) -> bool:
+        """Queries carry expansion tokens the other tokens do not attend to (the attention hides them)."""
+        return self.query_expansion_length is not None and not self.query_expansion_attend
+
+    @property
     def size(self) -> int | None:
         """The size of one token vector after the projection (None: the model's hidden size)."""
         return self.projection.out_features if self.projection is not None else None

@@ -88,8 +88,10 @@ class ModelRunnerBase:
 
     def _choose_backend(self, specs: list[AttentionSpec]) -> type[AttentionBackend]:
         name = self.engine_config.device_config.attention_backend
+        multi_vector = self.engine_config.model_config.multi_vector
+        needs_key_limits = multi_vector is not None and multi_vector.hides_expansion_tokens
         self.attn_backend_cls, self.skipped_backends = select_attention_backend(
-            name, self.platform, self.dtype, specs
+            name, self.platform, self.dtype, specs, needs_key_limits
         )
         return self.attn_backend_cls
 

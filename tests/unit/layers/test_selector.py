@@ -67,3 +67,20 @@ def test_a_spec_no_backend_honours_is_named_with_the_layer(monkeypatch: pytest.M
         ValueError, match=r"sliding-window layers are not wired for xformers.*window \(64, 64\)"
     ):
         select_attention_backend("xformers", CudaPlatform(), torch.float16, [*SPECS, windowed])
+
+
+def test_hidden_query_expansion_skips_backends_that_attend_to_every_token(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A ColBERT model whose queries carry unattended expansion tokens: on CUDA, flash-attn (which would come
+    first) is passed over with the reason, and SDPA chosen."""
+    from wde.layers.attention.backends.flash_attn import FlashAttnBackend
+
+    monkeypatch.setattr(FlashAttnBackend, "is_available", classmethod(lambda cls, device, dtype: (True, "")))
+    backend, skipped = select_attention_backend(
+        "auto", CudaPlatform(), torch.float16, SPECS, needs_key_limits=True
+    )
+    assert backend.name in ("xformers", "torch_sdpa") and backend.supports_key_limits
+    assert "hides its query expansion tokens" in skipped["flash_attn"]
+    with pytest.raises(ValueError, match="hides its query expansion tokens"):
+        select_attention_backend("flash_attn", CudaPlatform(), torch.float16, SPECS, needs_key_limits=True)

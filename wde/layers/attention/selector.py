@@ -33,14 +33,19 @@ ALIASES = {
 
 
 def select_attention_backend(
-    name: str, platform: Platform, dtype: torch.dtype, specs: Sequence[AttentionSpec]
+    name: str,
+    platform: Platform,
+    dtype: torch.dtype,
+    specs: Sequence[AttentionSpec],
+    needs_key_limits: bool = False,
 ) -> tuple[type[AttentionBackend], dict[str, str]]:
-    """Return (a backend class that honours every layer's spec, {skipped backend: reason})."""
+    """Return (a backend class that honours every layer's spec, {skipped backend: reason}).
+    ``needs_key_limits``: some inputs have tokens that are not attended to (``metadata.num_keys``)."""
     name = ALIASES.get(name, name)
     if name != "auto":
         if name not in BACKENDS:
             raise ValueError(f"attention backend {name!r} is not one of {[*BACKENDS, 'auto']}")
-        usable, reason = _usable(BACKENDS[name], platform, dtype, specs)
+        usable, reason = _usable(BACKENDS[name], platform, dtype, specs, needs_key_limits)
         if not usable:
             raise ValueError(
                 f"attention backend {name!r} cannot run here: {reason}; pass --attention-backend auto"
@@ -50,7 +55,7 @@ def select_attention_backend(
     chosen: type[AttentionBackend] | None = None
     skipped: dict[str, str] = {}
     for candidate in platform.attention_backend_order:
-        usable, reason = _usable(BACKENDS[candidate], platform, dtype, specs)
+        usable, reason = _usable(BACKENDS[candidate], platform, dtype, specs, needs_key_limits)
         if usable and chosen is None:
             chosen = BACKENDS[candidate]
         elif usable:
@@ -69,10 +74,13 @@ def _usable(
     platform: Platform,
     dtype: torch.dtype,
     specs: Sequence[AttentionSpec],
+    needs_key_limits: bool = False,
 ) -> tuple[bool, str]:
     available, reason = backend_cls.is_available(platform.device_type, dtype)
     if not available:
         return False, reason
+    if needs_key_limits and not backend_cls.supports_key_limits:
+        return False, "attends to every token, and this model hides its query expansion tokens (attend=False)"
     for spec in dict.fromkeys(specs):  # distinct specs, in layer order
         supported, reason = backend_cls.supports(spec)
         if not supported:
