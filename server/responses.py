@@ -1,12 +1,14 @@
-"""``ORJSONResponse``: JSON bodies through orjson, numpy arrays included (float32 kept as float32)."""
+"""``ORJSONResponse``: JSON bodies through orjson, numpy arrays included (float32 kept as float32);
+``streamed_json_array``: a large JSON array sent an item at a time."""
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
 from typing import Any
 
 import numpy as np
 import orjson
-from starlette.responses import JSONResponse
+from starlette.responses import JSONResponse, StreamingResponse
 
 
 def _default(value: Any) -> Any:
@@ -28,3 +30,18 @@ class ORJSONResponse(JSONResponse):
 
     def render(self, content: Any) -> bytes:
         return dumps(content)
+
+
+def streamed_json_array(items: list[Any], prefix: bytes = b"", suffix: bytes = b"") -> StreamingResponse:
+    """``prefix + [item, ...] + suffix`` as JSON, sent one item at a time: each item is serialized as it is
+    sent and dropped from ``items``, so a large body (token vectors: ~10 bytes of JSON per float) never
+    exists whole in memory beside the arrays it comes from."""
+
+    async def chunks() -> AsyncIterator[bytes]:
+        yield prefix + b"["
+        for index in range(len(items)):
+            item, items[index] = items[index], None
+            yield (b"," if index else b"") + dumps(item)
+        yield b"]" + suffix
+
+    return StreamingResponse(chunks(), media_type="application/json")

@@ -3,20 +3,20 @@
 
 from __future__ import annotations
 
-from fastapi import APIRouter, Request
+from fastapi import APIRouter, Request, Response
 
 from server.access_log import record_usage
 from server.app_state import get_state
 from server.protocol import EmbedAllRequest
-from server.responses import ORJSONResponse
+from server.responses import streamed_json_array
 from wde.inputs import PoolingParams
 from wde.outputs import MultiVectorOutput
 
 router = APIRouter(tags=["TEI"])
 
 
-@router.post("/embed_all", response_model=list[list[list[float]]], response_class=ORJSONResponse)
-async def embed_all(body: EmbedAllRequest, request: Request) -> ORJSONResponse:
+@router.post("/embed_all", response_model=list[list[list[float]]])
+async def embed_all(body: EmbedAllRequest, request: Request) -> Response:
     state = get_state(request)
     # 1. limits
     state.check_num_inputs(len(body.inputs), "inputs")
@@ -29,5 +29,5 @@ async def embed_all(body: EmbedAllRequest, request: Request) -> ORJSONResponse:
     )
     outputs: list[MultiVectorOutput] = await state.engine.encode(body.inputs, params)
     record_usage(request.state, len(outputs), sum(output.num_tokens for output in outputs))
-    # 3. TEI's shape: each input's [num_vectors, size] float32 array straight to orjson (no float lists)
-    return ORJSONResponse([output.vectors for output in outputs])
+    # 3. TEI's shape, streamed an input at a time: its [num_vectors, size] float32 array straight to orjson
+    return streamed_json_array([output.vectors for output in outputs])

@@ -6,12 +6,12 @@ import base64
 from typing import Any
 
 import numpy as np
-from fastapi import APIRouter, Request
+from fastapi import APIRouter, Request, Response
 
 from server.access_log import record_usage
 from server.app_state import get_state
 from server.protocol import EmbeddingRequest, EmbeddingResponse, ModelList
-from server.responses import ORJSONResponse
+from server.responses import ORJSONResponse, dumps, streamed_json_array
 from wde.inputs import PoolingParams
 from wde.outputs import CombinedEmbeddingOutput, EmbeddingOutput, MultiVectorOutput, SparseEmbeddingOutput
 
@@ -19,7 +19,7 @@ router = APIRouter(prefix="/v1", tags=["OpenAI"])
 
 
 @router.post("/embeddings", response_model=EmbeddingResponse, response_class=ORJSONResponse)
-async def create_embeddings(body: EmbeddingRequest, request: Request) -> ORJSONResponse:
+async def create_embeddings(body: EmbeddingRequest, request: Request) -> Response:
     state = get_state(request)
     # 1. the model and the limits
     state.check_model(body.model)
@@ -39,17 +39,18 @@ async def create_embeddings(body: EmbeddingRequest, request: Request) -> ORJSONR
     base64_format = body.encoding_format == "base64"
     num_tokens = sum(output.num_tokens for output in outputs)
     record_usage(request.state, len(outputs), num_tokens)
-    return ORJSONResponse(
-        {
-            "object": "list",
-            "data": [
-                {"object": "embedding", "index": index, "embedding": embedding_value(output, base64_format)}
-                for index, output in enumerate(outputs)
-            ],
-            "model": state.served_model_name,
-            "usage": {"prompt_tokens": num_tokens, "total_tokens": num_tokens},
-        }
-    )
+    data = [
+        {"object": "embedding", "index": index, "embedding": embedding_value(output, base64_format)}
+        for index, output in enumerate(outputs)
+    ]
+    usage = {"prompt_tokens": num_tokens, "total_tokens": num_tokens}
+    if "multi_vector" not in params.kinds("dense"):
+        return ORJSONResponse(
+            {"object": "list", "data": data, "model": state.served_model_name, "usage": usage}
+        )
+    # token vectors are large: the body is streamed an input at a time
+    tail = dumps({"model": state.served_model_name, "usage": usage})
+    return streamed_json_array(data, prefix=b'{"object":"list","data":', suffix=b"," + tail[1:])
 
 
 @router.get("/models", response_model=ModelList, response_class=ORJSONResponse)

@@ -175,3 +175,23 @@ async def test_v1_embeddings_bad_output(m3_engine: AsyncLLMEngine) -> None:
     assert unknown.status_code == 422 and "output" in unknown.json()["error"]["message"]
     assert twice.status_code == 422 and "distinct" in twice.json()["error"]["message"]
     assert dims.status_code == 422 and "dimensions" in dims.json()["error"]["message"]
+
+
+def test_token_vectors_are_streamed_an_input_at_a_time(m3_engine: AsyncLLMEngine) -> None:
+    """Over a real uvicorn, the body of /embed_all (and of /v1/embeddings with token vectors) goes out
+    chunked (a chunk per input), so its JSON never exists whole; the chunks join into the same JSON."""
+    import httpx
+    import orjson
+
+    from server.settings import ServerSettings
+    from tests.server.conftest import live_uvicorn
+
+    with live_uvicorn(m3_engine, ServerSettings()) as server, httpx.Client(base_url=server.url) as client:
+        with client.stream("POST", "/embed_all", json={"inputs": TEXTS}) as response:
+            chunks = list(response.iter_raw())
+            encoding = response.headers.get("transfer-encoding")
+        whole = client.post("/v1/embeddings", json={"input": TEXTS, "output": "multi_vector"})
+    assert response.status_code == 200 and encoding == "chunked"  # a whole body would have a length
+    body = orjson.loads(b"".join(chunks))
+    assert [len(vectors) for vectors in body] == [len(item["embedding"]) for item in whole.json()["data"]]
+    assert whole.json()["usage"]["prompt_tokens"] > 0 and whole.json()["object"] == "list"
