@@ -16,11 +16,12 @@ from wde.engine.token_budget import TokenBudget
 from wde.request import PRIORITY_INTERACTIVE, Request, RequestStatus
 
 # A forward pass cannot be interrupted, so an interactive request that arrives while batch work runs waits
-# for it. While interactive requests keep arriving (one within INTERACTIVE_WINDOW_SECONDS), a step carries
-# lower-priority requests of at most max_num_batched_tokens // LOW_PRIORITY_STEP_DIVISOR tokens (at least
-# one request): short batch steps, short waits. Without interactive traffic batch work fills the budget.
+# for it. So a step runs requests of one priority only (an interactive step is as short as when idle), and
+# while interactive requests keep arriving (one within INTERACTIVE_WINDOW_SECONDS) a lower-priority step
+# carries at most max_num_batched_tokens // LOW_PRIORITY_STEP_DIVISOR tokens (at least one request): short
+# batch steps, short waits. Without interactive traffic batch work fills the budget.
 INTERACTIVE_WINDOW_SECONDS = 1.0
-LOW_PRIORITY_STEP_DIVISOR = 8
+LOW_PRIORITY_STEP_DIVISOR = 32
 
 
 @dataclass
@@ -79,6 +80,8 @@ class Scheduler:
         budget = TokenBudget(self.config.max_num_batched_tokens, self.max_num_seqs, self.is_padded)
         low_priority = TokenBudget(self._low_priority_limit(), self.max_num_seqs, is_padded=False)
         for priority in sorted(self.queues):
+            if output.scheduled_requests:
+                break  # one priority a step
             queue = self.queues[priority]
             limit = None if priority == PRIORITY_INTERACTIVE else low_priority
             if not self._admit(queue, budget, limit, output):

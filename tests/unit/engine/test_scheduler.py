@@ -143,7 +143,8 @@ def test_waiting_interactive_requests_go_before_waiting_batch_ones(make_schedule
     scheduler.add_request(text_request("i0", 2))
     scheduler.add_request(text_request("i1", 2))
     scheduler.last_interactive_time = -math.inf  # no interactive traffic: batch work may fill the budget
-    assert drain(scheduler) == [["i0", "i1", "b0"], ["b1", "b2", "b3"]]
+    # one priority a step: the interactive step runs as fast as it would alone
+    assert drain(scheduler) == [["i0", "i1"], ["b0", "b1", "b2"], ["b3"]]
 
 
 def test_fcfs_within_each_priority(make_scheduler: SchedulerFactory) -> None:
@@ -168,27 +169,27 @@ def test_an_interactive_head_that_does_not_fit_is_not_overtaken_by_batch(
     scheduler.add_request(text_request("i-big", 16))  # 18 tokens: not next to i-small
     scheduler.add_request(batch_request("b-tiny", 0))  # 2 tokens: would fit, must wait
     scheduler.last_interactive_time = -math.inf
-    assert drain(scheduler) == [["i-small"], ["i-big", "b-tiny"]]
+    assert drain(scheduler) == [["i-small"], ["i-big"], ["b-tiny"]]
 
 
 def test_batch_steps_are_short_while_interactive_requests_arrive(make_scheduler: SchedulerFactory) -> None:
-    scheduler, _ = make_scheduler(max_num_batched_tokens=64, max_num_seqs=16)
-    assert scheduler.max_num_low_priority_tokens == 64 // LOW_PRIORITY_STEP_DIVISOR  # 8 tokens
+    scheduler, _ = make_scheduler(max_num_batched_tokens=256, max_num_seqs=64)
+    assert scheduler.max_num_low_priority_tokens == 256 // LOW_PRIORITY_STEP_DIVISOR  # 8 tokens
     for i in range(8):
         scheduler.add_request(batch_request(f"b{i}", 2))  # 4 tokens each
-    scheduler.add_request(text_request("i0", 2))  # interactive traffic now: batch work gets 8 tokens a step
-    first = scheduler.schedule().scheduled_requests
-    assert [r.request_id for r in first] == ["i0", "b0", "b1"]
+    scheduler.add_request(text_request("i0", 2))  # interactive traffic now: batch steps get 8 tokens
+    assert [r.request_id for r in scheduler.schedule().scheduled_requests] == ["i0"]
+    assert [r.request_id for r in scheduler.schedule().scheduled_requests] == ["b0", "b1"]
     scheduler.last_interactive_time = -math.inf  # quiet again: batch work fills the budget
     assert [r.request_id for r in scheduler.schedule().scheduled_requests] == [f"b{i}" for i in range(2, 8)]
 
 
 def test_a_batch_request_longer_than_its_share_still_runs(make_scheduler: SchedulerFactory) -> None:
     scheduler, _ = make_scheduler(max_num_batched_tokens=64, max_num_seqs=16)
-    scheduler.add_request(batch_request("b-long", 20))  # 22 tokens > the 8-token share
+    scheduler.add_request(batch_request("b-long", 20))  # 22 tokens > the 2-token share
     scheduler.add_request(batch_request("b-next", 0))
     scheduler.add_request(text_request("i0", 0))
-    assert drain(scheduler) == [["i0", "b-long"], ["b-next"]]
+    assert drain(scheduler) == [["i0"], ["b-long"], ["b-next"]]
 
 
 def test_abort_removes_a_queued_batch_request(make_scheduler: SchedulerFactory) -> None:
