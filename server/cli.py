@@ -65,6 +65,8 @@ ENGINE_HELP = {
     "(CPU, float32; ~2x faster, mean cosine ~0.998 to float32 on all-MiniLM-L6-v2)",
     "score_instruction": "LLM rerankers (Qwen3-Reranker): the prompt template's instruction for requests "
     "that name none",
+    "calibration_file": "a .jsonl (its \"text\" fields) or .txt of ~1,000 texts like the ones you embed: "
+    "the ranges of int8 / uint8 outputs (precision), as sentence-transformers' quantize_embeddings",
 }
 ENGINE_CHOICES: dict[str, Sequence[str]] = {
     "task": TASKS,

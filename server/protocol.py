@@ -90,6 +90,11 @@ Dimensions = Annotated[PositiveInt, Field(description="keep the first N dimensio
 
 
 OutputKind = Literal["dense", "sparse", "multi_vector"]
+Precision = Literal["float32", "int8", "uint8", "binary", "ubinary"]
+PRECISION_HELP = (
+    "quantized vectors, as sentence-transformers' quantize_embeddings: int8 / uint8 (ranges from the "
+    "server's --calibration-file), binary / ubinary (sign bits packed 8 per byte)"
+)
 InputType = Literal["query", "document"]
 INPUT_TYPE_HELP = "a late-interaction (ColBERT) model encodes a query or a document (the default) side"
 
@@ -123,6 +128,7 @@ class EmbedRequest(RequestModel):
     truncation_direction: TruncationDirection = "right"
     prompt_name: str | None = None
     dimensions: Dimensions | None = None
+    precision: Precision = Field("float32", description=PRECISION_HELP)
 
 
 class EmbedSparseRequest(RequestModel):
@@ -315,6 +321,7 @@ class EmbeddingRequest(RequestModel):
     )
     input_type: InputType | None = Field(None, description=INPUT_TYPE_HELP)
     max_active_dims: PositiveInt | None = Field(None, description="sparse output: keep the N largest weights")
+    precision: Precision = Field("float32", description=PRECISION_HELP)
 
 
 class SparseEmbedding(BaseModel):
@@ -331,13 +338,14 @@ class MultiVectorEmbedding(BaseModel):
     shape: list[int]
 
 
-KindEmbedding = list[float] | str | SparseEmbedding | list[list[float]] | MultiVectorEmbedding
+KindEmbedding = list[float] | list[int] | str | SparseEmbedding | list[list[float]] | MultiVectorEmbedding
 
 
 class EmbeddingData(BaseModel):
     object: Literal["embedding"] = "embedding"
     index: int
-    # a kind's value (dense: floats, or base64 of little-endian float32), or {kind: value} for several
+    # a kind's value (dense: floats, or base64 of little-endian float32; ints, or base64 of the bytes, when
+    # quantized), or {kind: value} for several
     embedding: KindEmbedding | dict[str, KindEmbedding]
 
 

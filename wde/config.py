@@ -25,6 +25,7 @@ SPARSE_POOLINGS = ("max", "sum")  # sentence-transformers' SpladePooling pooling
 SPARSE_ACTIVATIONS = ("relu", "log1p_relu")  # SpladePooling activation_function
 SPARSE_SIMILARITIES = ("dot", "cosine")  # SparseEncoder's similarity_fn_name that wde scores with
 MULTI_VECTOR_SIMILARITIES = ("maxsim", "meanmaxsim")  # MultiVectorEncoder's similarity_fn_name
+PRECISIONS = ("float32", "int8", "uint8", "binary", "ubinary")  # quantized dense outputs
 INPUT_TYPES = ("query", "document")  # the side of a late-interaction model a text is encoded on
 QUERY_EXPANSION_STRATEGIES = ("fixed", "min")  # sentence-transformers' query_expansion["strategy"]
 # Post-load weight quantization methods (wde.layers.quantization.quantize.QUANTIZERS implements them).

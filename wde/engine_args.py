@@ -64,6 +64,8 @@ class EngineArgs:
     quantization: str | None = None  # "int8": int8 weights and activations in the blocks' linears (CPU)
     # MiB of finished outputs kept for identical inputs (LRU; in-batch duplicates run once); 0: off
     cache_size: float = 0.0
+    # texts (.jsonl "text" fields or .txt lines) whose embeddings set int8 / uint8 output ranges
+    calibration_file: str | None = None
 
     @classmethod
     def field_names(cls) -> list[str]:

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, TypedDict
 
 from typing_extensions import NotRequired
 
-from wde.config import INPUT_TYPES
+from wde.config import INPUT_TYPES, PRECISIONS
 from wde.output_kinds import OUTPUT_KINDS
 
 if TYPE_CHECKING:
@@ -48,6 +48,9 @@ class PoolingParams:
     max_active_dims: int | None = None  # sparse output: keep the largest weights only (None: the model's)
     # multi-vector output of a late-interaction model: encode as a "query" or a "document" (the default)
     input_type: str | None = None
+    # dense output quantized as sentence-transformers' quantize_embeddings: float32 (None), int8, uint8,
+    # binary, ubinary (wde.engine.output_precision)
+    precision: str | None = None
 
     def kinds(self, default: str) -> tuple[str, ...]:
         """The output kinds asked for, in order (``default``: the model's first kind)."""
@@ -127,5 +130,9 @@ class PoolingParams:
                 f"dimensions and normalize apply to dense output, not to {' + '.join(kinds)} output (sparse "
                 "vectors are pruned with max_active_dims)"
             )
+        if self.precision is not None and self.precision not in PRECISIONS:
+            raise ValueError(f"precision {self.precision!r} is not one of {', '.join(PRECISIONS)}")
+        if self.precision not in (None, "float32") and kinds != ("dense",):
+            raise ValueError(f"precision applies to dense output only, not to {' + '.join(kinds)} output")
         if "sparse" not in kinds and self.max_active_dims is not None:
             raise ValueError(f"max_active_dims applies to sparse output, not to {' + '.join(kinds)} output")

@@ -25,8 +25,9 @@ async def embed(body: EmbedRequest, request: Request) -> ORJSONResponse:
         truncate=body.truncate,
         prompt_name=body.prompt_name,
         output="dense",  # a SPLADE model answers 400 naming POST /embed_sparse
+        precision=None if body.precision == "float32" else body.precision,
     )
     outputs = await state.engine.encode(body.inputs, params)
     record_usage(request.state, len(outputs), sum(output.num_tokens for output in outputs))
-    # 3. float32 vectors straight to orjson
+    # 3. float32 (or quantized int8 / uint8) vectors straight to orjson
     return ORJSONResponse([output.embedding for output in outputs])

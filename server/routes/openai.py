@@ -33,6 +33,7 @@ async def create_embeddings(body: EmbeddingRequest, request: Request) -> Respons
         output=output,
         input_type=body.input_type,
         max_active_dims=body.max_active_dims,
+        precision=None if body.precision == "float32" else body.precision,
     )
     outputs = await state.engine.encode(body.input, params)
     # 3. the response: each kind as floats, or base64 of little-endian float32 (int32 sparse ids)
@@ -76,7 +77,11 @@ def embedding_value(
         if base64_format:
             return {"data": _base64(output.vectors, "<f4"), "shape": list(output.vectors.shape)}
         return output.vectors
-    return _base64(output.embedding, "<f4") if base64_format else output.embedding
+    if base64_format:  # float32 little-endian, or the quantized bytes as they are
+        return _base64(
+            output.embedding, "<f4" if output.embedding.dtype == np.float32 else output.embedding.dtype
+        )
+    return output.embedding
 
 
 def _base64(array: np.ndarray, dtype: str) -> str:

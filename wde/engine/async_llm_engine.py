@@ -34,12 +34,21 @@ from wde.engine.engine_thread import (
     StatsListener,
 )
 from wde.engine.llm_engine import LLMEngine
+from wde.engine.output_precision import Calibration
 from wde.engine.result_reuse import ResultReuse
 from wde.engine.tasks import OutputNotSupportedError, TaskNotSupportedError
 from wde.engine.tokenization_clock import TokenizationClock
 from wde.engine_args import EngineArgs
 from wde.inputs import PoolingParams, PromptType, TextPair
-from wde.outputs import EmbeddingOutput, RequestOutput, RerankResult, ScoreOutput, SparseEmbeddingOutput
+from wde.outputs import (
+    CombinedEmbeddingOutput,
+    EmbeddingOutput,
+    MultiVectorOutput,
+    RequestOutput,
+    RerankResult,
+    ScoreOutput,
+    SparseEmbeddingOutput,
+)
 
 __all__ = ["AsyncLLMEngine", "OutputNotSupportedError", "TaskNotSupportedError"]
 
@@ -56,6 +65,7 @@ class AsyncLLMEngine:
         # engine_args.cache_size > 0: identical inputs run once, earlier results come from the cache (set as
         # the engine is built: it keys by the model's config)
         self.result_reuse: ResultReuse | None = None
+        self.calibration = Calibration.from_file(engine_args.calibration_file)  # int8 / uint8 output ranges
 
     # ---- life cycle ---------------------------------------------------------------------------------
     def start(self) -> None:
@@ -152,15 +162,18 @@ class AsyncLLMEngine:
         params: PoolingParams | None = None,
         *,
         decode: bool = False,
-    ) -> list[EmbeddingOutput | SparseEmbeddingOutput]:
-        """One embedding per prompt, in order: dense or sparse as ``params.output`` asks (the model's kind
-        when unset; ``decode`` adds a sparse output's token strings). Raises the InputProcessor's
-        ``TypeError`` / ``ValueError`` for bad input, ``OutputNotSupportedError`` for an output kind the
-        model lacks, ``InputTooLongError`` for an over-long input with truncation off,
-        ``EngineUnavailableError`` while loading or shutting down."""
+    ) -> list[EmbeddingOutput | SparseEmbeddingOutput | MultiVectorOutput | CombinedEmbeddingOutput]:
+        """One embedding per prompt, in order: dense, sparse, token vectors or several as ``params.output``
+        asks (the model's kind when unset; ``decode`` adds a sparse output's token strings;
+        ``params.precision`` quantizes dense vectors, int8 / uint8 with the calibration set's ranges).
+        Raises the InputProcessor's ``TypeError`` / ``ValueError`` for bad input,
+        ``OutputNotSupportedError`` for an output kind the model lacks, ``InputTooLongError`` for an
+        over-long input with truncation off, ``EngineUnavailableError`` while loading or shutting down."""
         info = self.info
         tokenizer = info.tokenizer if decode else None
-        plan = tasks.encode(info.model_config, prompts, params or PoolingParams(), tokenizer)
+        plan = tasks.encode(
+            info.model_config, prompts, params or PoolingParams(), tokenizer, self.calibration
+        )
         return await self._drive(plan)
 
     async def score(

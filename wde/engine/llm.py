@@ -12,6 +12,7 @@ from tqdm.auto import tqdm
 
 from wde.engine import tasks
 from wde.engine.llm_engine import LLMEngine
+from wde.engine.output_precision import Calibration
 from wde.engine.result_reuse import ResultReuse
 from wde.engine_args import EngineArgs
 from wde.inputs import PoolingParams, PromptType, TextPair
@@ -43,6 +44,7 @@ class LLM:
         self._request_counter = itertools.count()
         # cache_size > 0: identical inputs run once, earlier results come from the cache
         self.result_reuse = ResultReuse(self.model_config, args.cache_size) if args.cache_size else None
+        self.calibration = Calibration.from_file(args.calibration_file)  # int8 / uint8 output ranges
 
     @property
     def model_config(self):
@@ -59,6 +61,7 @@ class LLM:
         output: str | Sequence[str] | None = None,
         max_active_dims: int | None = None,
         input_type: str | None = None,
+        precision: str | None = None,
         decode: bool = False,
         batch_size: int | None = None,
         show_progress: bool = False,
@@ -69,7 +72,9 @@ class LLM:
         ``SparseEmbeddingOutput`` (``output="sparse"``: the non-zero token ids and weights, the
         ``max_active_dims`` largest when given; ``decode=True`` adds the token strings) or a
         ``MultiVectorOutput`` (``output="multi_vector"``: one vector per scored token; ``input_type="query"``
-        encodes a late-interaction model's query side). Several kinds at once (``output=["dense", "sparse",
+        encodes a late-interaction model's query side). ``precision`` (int8, uint8, binary, ubinary)
+        quantizes dense vectors as sentence-transformers' ``quantize_embeddings`` (int8 / uint8 ranges from
+        the ``calibration_file`` texts). Several kinds at once (``output=["dense", "sparse",
         "multi_vector"]`` on BGE-M3) run one forward pass and give a ``CombinedEmbeddingOutput`` each.
         Unset, ``output`` is the model's own kind (``model_config.outputs[0]``). ``batch_size`` caps the
         sequences of one forward pass (the token budget still applies). Raises ``ValueError`` /
@@ -85,9 +90,10 @@ class LLM:
             output=output if output is None or isinstance(output, str) else tuple(output),
             max_active_dims=max_active_dims,
             input_type=input_type,
+            precision=precision,
         )
         tokenizer = self.engine.tokenizer.untruncated() if decode else None
-        plan = tasks.encode(self.model_config, texts, params, tokenizer)
+        plan = tasks.encode(self.model_config, texts, params, tokenizer, self.calibration)
         return self._drive(plan, batch_size, show_progress)
 
     def score(

@@ -11,12 +11,16 @@ logic (pairing rules, cosine scoring with an embedding model, ranking, token cap
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from collections.abc import Awaitable, Callable, Generator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
+
 from wde.config import ModelConfig
 from wde.engine.errors import raise_for_errors
+from wde.engine.output_precision import CALIBRATED, Calibration, quantize
 from wde.engine.scoring import (
     CosinePlan,
     MaxSimPlan,
@@ -129,17 +133,38 @@ Plan = Generator[Submit | Offload, Any, Any]
 
 
 # ---- the operations -------------------------------------------------------------------------------------
-def encode(model_config: ModelConfig, prompts: Any, params: PoolingParams, tokenizer: Any = None) -> Plan:
-    """One embedding per prompt, in order: dense vectors or sparse (token id, weight) pairs, as
-    ``params.output`` asks (the model's default when unset). With a ``tokenizer``, sparse outputs get the
-    token strings of their ids (``decode``)."""
+def encode(
+    model_config: ModelConfig,
+    prompts: Any,
+    params: PoolingParams,
+    tokenizer: Any = None,
+    calibration: Calibration | None = None,
+) -> Plan:
+    """One embedding per prompt, in order: dense vectors, sparse (token id, weight) pairs, token vectors or
+    several of them, as ``params.output`` asks (the model's default when unset). With a ``tokenizer``,
+    sparse outputs get the token strings of their ids (``decode``). A ``params.precision`` other than float32
+    quantizes dense vectors (int8 / uint8 with the ``calibration`` set's ranges, embedded once)."""
     check_operation(model_config, "encode")
     check_output(model_config, params.output)
+    precision = params.precision or "float32"
+    (calibration or Calibration(None)).check(precision)
+    float_params = dataclasses.replace(params, precision=None)  # the engine (and its cache) run floats
     outputs: list[
         EmbeddingOutput | SparseEmbeddingOutput | MultiVectorOutput | CombinedEmbeddingOutput
-    ] = yield Submit(as_prompt_list(prompts), params)
+    ] = yield Submit(as_prompt_list(prompts), float_params)
     if tokenizer is not None and "sparse" in params.output_kinds(model_config):
         yield Offload(decode_tokens, (tokenizer, outputs))
+    if precision != "float32":
+        ranges = None
+        if precision in CALIBRATED:
+            assert calibration is not None and calibration.texts  # Calibration.check
+            ranges = calibration.ranges(float_params)
+            if ranges is None:
+                reference: list[EmbeddingOutput] = yield Submit(calibration.texts, float_params)
+                ranges = calibration.store(float_params, np.stack([output.embedding for output in reference]))
+        quantized = quantize(np.stack([output.embedding for output in outputs]), precision, ranges)
+        for output, row in zip(outputs, quantized, strict=True):
+            output.embedding = row
     return outputs
 
 
