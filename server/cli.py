@@ -25,6 +25,7 @@ from wde.config import (
     DEVICES,
     DTYPES,
     EXECUTORS,
+    LONG_INPUT_MODES,
     PAIR_TRUNCATIONS,
     POOLING_METHODS,
     QUANTIZATIONS,
@@ -65,6 +66,9 @@ ENGINE_HELP = {
     "(CPU, float32; ~2x faster, mean cosine ~0.998 to float32 on all-MiniLM-L6-v2)",
     "score_instruction": "LLM rerankers (Qwen3-Reranker): the prompt template's instruction for requests "
     "that name none",
+    "long_input": "an input over max_model_len unless a request says otherwise: truncate, error, or chunk "
+    "(windows of max_model_len, aggregated; default: truncate, or error with --no-truncate)",
+    "long_input_overlap": "tokens each chunk window shares with the previous one",
     "calibration_file": "a .jsonl (its \"text\" fields) or .txt of ~1,000 texts like the ones you embed: "
     "the ranges of int8 / uint8 outputs (precision), as sentence-transformers' quantize_embeddings",
 }
@@ -78,6 +82,7 @@ ENGINE_CHOICES: dict[str, Sequence[str]] = {
     "pair_truncation": PAIR_TRUNCATIONS,
     "cuda_graph_mode": CUDA_GRAPH_MODES,
     "quantization": QUANTIZATIONS,
+    "long_input": LONG_INPUT_MODES,
 }
 SERVER_HELP = {
     "api_key": "require 'Authorization: Bearer <key>' (all routes but /health, /metrics); prefer WDE_API_KEY",

@@ -90,6 +90,13 @@ Dimensions = Annotated[PositiveInt, Field(description="keep the first N dimensio
 
 
 OutputKind = Literal["dense", "sparse", "multi_vector"]
+LongInput = Literal["truncate", "error", "chunk"]
+LONG_INPUT_HELP = (
+    "an input over max_model_len: truncate, error, or chunk (embedded / scored in windows and aggregated; "
+    "README 'Long inputs'); null: from truncate, else the server's --long-input"
+)
+ChunkScore = Literal["max", "mean", "first"]
+CHUNK_SCORE_HELP = "with long_input chunk: a document's score from its windows' scores (null: max)"
 Precision = Literal["float32", "int8", "uint8", "binary", "ubinary"]
 PRECISION_HELP = (
     "quantized vectors, as sentence-transformers' quantize_embeddings: int8 / uint8 (ranges from the "
@@ -129,6 +136,7 @@ class EmbedRequest(RequestModel):
     prompt_name: str | None = None
     dimensions: Dimensions | None = None
     precision: Precision = Field("float32", description=PRECISION_HELP)
+    long_input: LongInput | None = Field(None, description=LONG_INPUT_HELP)
 
 
 class EmbedSparseRequest(RequestModel):
@@ -193,6 +201,8 @@ class RerankRequest(RequestModel):
     raw_scores: StrictBool = False
     return_text: StrictBool = False
     instruction: StrictStr | None = Field(None, description=INSTRUCTION_HELP)
+    long_input: LongInput | None = Field(None, description=LONG_INPUT_HELP)
+    chunk_score: ChunkScore | None = Field(None, description=CHUNK_SCORE_HELP)
 
 
 PredictInputSchema = (
@@ -322,6 +332,7 @@ class EmbeddingRequest(RequestModel):
     input_type: InputType | None = Field(None, description=INPUT_TYPE_HELP)
     max_active_dims: PositiveInt | None = Field(None, description="sparse output: keep the N largest weights")
     precision: Precision = Field("float32", description=PRECISION_HELP)
+    long_input: LongInput | None = Field(None, description=LONG_INPUT_HELP)
 
 
 class SparseEmbedding(BaseModel):
@@ -397,9 +408,11 @@ class CohereRerankRequest(RequestModel):
     # Cohere's per-document token cap (cohere-haystack sends 4096): each document is cut to this many
     # tokens before it is paired with the query; the pair is still cut at max_model_len.
     max_tokens_per_doc: PositiveInt | None = None
-    # Cohere v1's chunking of long documents: not done (the pair is cut at max_model_len); only null.
+    # Cohere v1's cap on chunks per document: not taken (long_input "chunk" scores every window); only null.
     max_chunks_per_doc: None = None
     instruction: StrictStr | None = Field(None, description=INSTRUCTION_HELP)
+    long_input: LongInput | None = Field(None, description=LONG_INPUT_HELP)
+    chunk_score: ChunkScore | None = Field(None, description=CHUNK_SCORE_HELP)
 
     @model_validator(mode="after")
     def _documents_have_text(self) -> CohereRerankRequest:

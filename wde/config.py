@@ -25,6 +25,8 @@ SPARSE_POOLINGS = ("max", "sum")  # sentence-transformers' SpladePooling pooling
 SPARSE_ACTIVATIONS = ("relu", "log1p_relu")  # SpladePooling activation_function
 SPARSE_SIMILARITIES = ("dot", "cosine")  # SparseEncoder's similarity_fn_name that wde scores with
 MULTI_VECTOR_SIMILARITIES = ("maxsim", "meanmaxsim")  # MultiVectorEncoder's similarity_fn_name
+LONG_INPUT_MODES = ("truncate", "error", "chunk")  # an input over max_model_len: cut, refused, windows
+CHUNK_SCORES = ("max", "mean", "first")  # a chunked document's score from its windows' scores
 PRECISIONS = ("float32", "int8", "uint8", "binary", "ubinary")  # quantized dense outputs
 INPUT_TYPES = ("query", "document")  # the side of a late-interaction model a text is encoded on
 QUERY_EXPANSION_STRATEGIES = ("fixed", "min")  # sentence-transformers' query_expansion["strategy"]
@@ -179,6 +181,10 @@ class ModelConfig:
     # document=); the text after {document} is kept when an over-long input is cut. None: a tokenizer pair.
     pair_template: str | None = None
     pair_instruction: str | None = None  # the {instruction} unless a request names its own
+    # an input over max_model_len unless a request says otherwise: "truncate", "error" or "chunk" (windows
+    # of max_model_len overlapping by long_input_overlap tokens, aggregated; wde/engine/long_inputs.py)
+    long_input: str = "truncate"
+    long_input_overlap: int = 0
     # None: the checkpoint's weights as they are; "int8": int8 block linears (CPU, float32 only)
     quantization: str | None = None
     # embed task: the output kinds served (wde.output_kinds), the first is a request's default; the
@@ -235,6 +241,13 @@ class ModelConfig:
             raise ValueError(
                 f"default_prompt_name {self.default_prompt_name!r} is not among the model's prompts "
                 f"{sorted(self.prompts)}"
+            )
+        if self.long_input not in LONG_INPUT_MODES:
+            raise ValueError(f"long_input {self.long_input!r} is not one of {LONG_INPUT_MODES}")
+        if not 0 <= self.long_input_overlap < self.max_model_len // 2:
+            raise ValueError(
+                f"long_input_overlap ({self.long_input_overlap}) must be >= 0 and less than half of "
+                f"max_model_len ({self.max_model_len})"
             )
         if self.quantization is not None and self.quantization not in QUANTIZATIONS:
             raise ValueError(f"quantization {self.quantization!r} is not one of {QUANTIZATIONS}")

@@ -66,6 +66,10 @@ class EngineArgs:
     cache_size: float = 0.0
     # texts (.jsonl "text" fields or .txt lines) whose embeddings set int8 / uint8 output ranges
     calibration_file: str | None = None
+    # inputs over max_model_len by default: truncate / error / chunk (None: truncate, or error with
+    # truncate=False); chunk windows overlap by long_input_overlap tokens
+    long_input: str | None = None
+    long_input_overlap: int = 0
 
     @classmethod
     def field_names(cls) -> list[str]:
@@ -124,6 +128,8 @@ class EngineArgs:
                 hf_config=hf_config,
                 max_model_len=max_model_len,
                 truncate=self.truncate,
+                long_input=self.long_input or ("truncate" if self.truncate else "error"),
+                long_input_overlap=self.long_input_overlap,
                 task=task,
                 pooling=pooling,
                 prompts=st_metadata.prompts,

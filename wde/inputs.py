@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, TypedDict
 
 from typing_extensions import NotRequired
 
-from wde.config import INPUT_TYPES, PRECISIONS
+from wde.config import CHUNK_SCORES, INPUT_TYPES, LONG_INPUT_MODES, PRECISIONS
 from wde.output_kinds import OUTPUT_KINDS
 
 if TYPE_CHECKING:
@@ -51,6 +51,10 @@ class PoolingParams:
     # dense output quantized as sentence-transformers' quantize_embeddings: float32 (None), int8, uint8,
     # binary, ubinary (wde.engine.output_precision)
     precision: str | None = None
+    # an input over max_model_len: "truncate", "error" or "chunk" (None: from truncate, else the engine's);
+    # a chunked document's rerank score from its windows': "max" (None), "mean", "first"
+    long_input: str | None = None
+    chunk_score: str | None = None
 
     def kinds(self, default: str) -> tuple[str, ...]:
         """The output kinds asked for, in order (``default``: the model's first kind)."""
@@ -67,6 +71,7 @@ class PoolingParams:
 
     def verify(self, model_config: ModelConfig) -> None:
         self._verify_output(model_config)
+        self._verify_long_input()
         if self.dimensions is not None:
             if isinstance(self.dimensions, bool) or not isinstance(self.dimensions, int):
                 raise TypeError(f"dimensions must be an int, got {type(self.dimensions).__name__}")
@@ -105,6 +110,12 @@ class PoolingParams:
                 f"{model_config.architecture} is an embedding model (task 'embed'): it has no classifier "
                 "logits; raw_scores needs a cross-encoder (supported tasks here: embed, cosine score)"
             )
+
+    def _verify_long_input(self) -> None:
+        if self.long_input is not None and self.long_input not in LONG_INPUT_MODES:
+            raise ValueError(f"long_input {self.long_input!r} is not one of {', '.join(LONG_INPUT_MODES)}")
+        if self.chunk_score is not None and self.chunk_score not in CHUNK_SCORES:
+            raise ValueError(f"chunk_score {self.chunk_score!r} is not one of {', '.join(CHUNK_SCORES)}")
 
     def _verify_output(self, model_config: ModelConfig) -> None:
         """The output kind is known and the options fit it (whether the model serves it is the task's check,

@@ -26,6 +26,7 @@ async def embed(body: EmbedRequest, request: Request) -> ORJSONResponse:
         prompt_name=body.prompt_name,
         output="dense",  # a SPLADE model answers 400 naming POST /embed_sparse
         precision=None if body.precision == "float32" else body.precision,
+        long_input=body.long_input,
     )
     outputs = await state.engine.encode(body.inputs, params)
     record_usage(request.state, len(outputs), sum(output.num_tokens for output in outputs))

@@ -34,6 +34,7 @@ async def create_embeddings(body: EmbeddingRequest, request: Request) -> Respons
         input_type=body.input_type,
         max_active_dims=body.max_active_dims,
         precision=None if body.precision == "float32" else body.precision,
+        long_input=body.long_input,
     )
     outputs = await state.engine.encode(body.input, params)
     # 3. the response: each kind as floats, or base64 of little-endian float32 (int32 sparse ids)

@@ -57,6 +57,8 @@ async def tei_rerank(body: RerankRequest, request: Request) -> ORJSONResponse:
         raw_scores=body.raw_scores,
         truncate=body.truncate,
         instruction=body.instruction,
+        long_input=body.long_input,
+        chunk_score=body.chunk_score,
     )
     record_usage(request.state, len(body.texts), num_tokens)
     # 3. TEI's shape: [{"index", "score", "text"?}], best first
@@ -81,6 +83,8 @@ async def cohere_rerank(body: CohereRerankRequest, request: Request, api_version
         top_n=body.top_n,
         max_tokens_per_doc=body.max_tokens_per_doc,
         instruction=body.instruction,
+        long_input=body.long_input,
+        chunk_score=body.chunk_score,
     )
     record_usage(request.state, len(body.documents), num_tokens)
     # 3. Cohere's shape (with Jina's model / usage alongside)

@@ -34,7 +34,13 @@ class FakeEngine:
         backend = tokenizers.Tokenizer(WordLevel({"[UNK]": 0}, "[UNK]"))
         self.tokenizer = SimpleNamespace(backend=backend, untruncated=lambda: backend)
         self.runner = SimpleNamespace(attn_backend_cls=SimpleNamespace(name="fake"))
-        model_config = SimpleNamespace(task="embed", architecture="FakeModel", outputs=("dense",))
+        model_config = SimpleNamespace(
+            task="embed",
+            architecture="FakeModel",
+            outputs=("dense",),
+            long_input="truncate",
+            long_input_overlap=0,
+        )
         self.engine_config = SimpleNamespace(model_config=model_config)
         self.forward_clock = ForwardClock()
         self.num_idle_calls = 0  # on_idle() calls: the engine thread went idle

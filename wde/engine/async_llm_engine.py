@@ -34,6 +34,7 @@ from wde.engine.engine_thread import (
     StatsListener,
 )
 from wde.engine.llm_engine import LLMEngine
+from wde.engine.long_inputs import Chunker
 from wde.engine.output_precision import Calibration
 from wde.engine.result_reuse import ResultReuse
 from wde.engine.tasks import OutputNotSupportedError, TaskNotSupportedError
@@ -66,6 +67,7 @@ class AsyncLLMEngine:
         # the engine is built: it keys by the model's config)
         self.result_reuse: ResultReuse | None = None
         self.calibration = Calibration.from_file(engine_args.calibration_file)  # int8 / uint8 output ranges
+        self._chunker_instance: Chunker | None = None
 
     # ---- life cycle ---------------------------------------------------------------------------------
     def start(self) -> None:
@@ -115,6 +117,12 @@ class AsyncLLMEngine:
         if self.engine_args.cache_size:
             self.result_reuse = ResultReuse(engine.engine_config.model_config, self.engine_args.cache_size)
         return engine
+
+    def _chunker(self, info: EngineInfo) -> Chunker:
+        """long_input="chunk": windows cut with the loaded model's tokenizer (made once)."""
+        if self._chunker_instance is None:
+            self._chunker_instance = Chunker(info.tokenizer, info.model_config)
+        return self._chunker_instance
 
     # ---- observation (metrics, tracing) -------------------------------------------------------------
     def observe_calls(self, observer: CallObserver | None) -> None:
@@ -172,7 +180,12 @@ class AsyncLLMEngine:
         info = self.info
         tokenizer = info.tokenizer if decode else None
         plan = tasks.encode(
-            info.model_config, prompts, params or PoolingParams(), tokenizer, self.calibration
+            info.model_config,
+            prompts,
+            params or PoolingParams(),
+            tokenizer,
+            self.calibration,
+            self._chunker(info),
         )
         return await self._drive(plan)
 
@@ -184,11 +197,20 @@ class AsyncLLMEngine:
         truncate: bool | None = None,
         raw_scores: bool = False,
         instruction: str | None = None,
+        long_input: str | None = None,
+        chunk_score: str | None = None,
     ) -> list[ScoreOutput]:
         """Scores of (text_1, text_2) pairs (1:N or N:N, as ``LLM.score``): a cross-encoder's classifier, or
         the cosine similarity of an embedding model's embeddings (each distinct text embedded once)."""
-        params = PoolingParams(truncate=truncate, raw_scores=raw_scores, instruction=instruction)
-        return await self._drive(tasks.score(self.info.model_config, text_1, text_2, params))
+        params = PoolingParams(
+            truncate=truncate,
+            raw_scores=raw_scores,
+            instruction=instruction,
+            long_input=long_input,
+            chunk_score=chunk_score,
+        )
+        info = self.info
+        return await self._drive(tasks.score(info.model_config, text_1, text_2, params, self._chunker(info)))
 
     async def rerank(
         self,
@@ -201,11 +223,20 @@ class AsyncLLMEngine:
         truncate: bool | None = None,
         max_tokens_per_doc: int | None = None,
         instruction: str | None = None,
+        long_input: str | None = None,
+        chunk_score: str | None = None,
     ) -> tuple[list[RerankResult], int]:
         """(documents sorted by relevance to ``query``, highest first, with their original ``index``;
-        tokens processed). ``max_tokens_per_doc`` cuts each document to that many tokens first."""
+        tokens processed). ``max_tokens_per_doc`` cuts each document to that many tokens first;
+        ``long_input="chunk"`` scores a long document by its windows (``chunk_score``)."""
         info = self.info
-        params = PoolingParams(truncate=truncate, raw_scores=raw_scores, instruction=instruction)
+        params = PoolingParams(
+            truncate=truncate,
+            raw_scores=raw_scores,
+            instruction=instruction,
+            long_input=long_input,
+            chunk_score=chunk_score,
+        )
         plan = tasks.rerank(
             info.model_config,
             info.tokenizer,
@@ -215,6 +246,7 @@ class AsyncLLMEngine:
             top_n,
             return_documents,
             max_tokens_per_doc,
+            self._chunker(info),
         )
         return await self._drive(plan)
 

@@ -12,6 +12,7 @@ from tqdm.auto import tqdm
 
 from wde.engine import tasks
 from wde.engine.llm_engine import LLMEngine
+from wde.engine.long_inputs import Chunker
 from wde.engine.output_precision import Calibration
 from wde.engine.result_reuse import ResultReuse
 from wde.engine_args import EngineArgs
@@ -45,6 +46,7 @@ class LLM:
         # cache_size > 0: identical inputs run once, earlier results come from the cache
         self.result_reuse = ResultReuse(self.model_config, args.cache_size) if args.cache_size else None
         self.calibration = Calibration.from_file(args.calibration_file)  # int8 / uint8 output ranges
+        self.chunker = Chunker(self.engine.tokenizer.untruncated(), self.model_config)  # long_input="chunk"
 
     @property
     def model_config(self):
@@ -62,6 +64,7 @@ class LLM:
         max_active_dims: int | None = None,
         input_type: str | None = None,
         precision: str | None = None,
+        long_input: str | None = None,
         decode: bool = False,
         batch_size: int | None = None,
         show_progress: bool = False,
@@ -91,9 +94,10 @@ class LLM:
             max_active_dims=max_active_dims,
             input_type=input_type,
             precision=precision,
+            long_input=long_input,
         )
         tokenizer = self.engine.tokenizer.untruncated() if decode else None
-        plan = tasks.encode(self.model_config, texts, params, tokenizer, self.calibration)
+        plan = tasks.encode(self.model_config, texts, params, tokenizer, self.calibration, self.chunker)
         return self._drive(plan, batch_size, show_progress)
 
     def score(
@@ -104,6 +108,8 @@ class LLM:
         truncate: bool | None = None,
         raw_scores: bool = False,
         instruction: str | None = None,
+        long_input: str | None = None,
+        chunk_score: str | None = None,
         batch_size: int | None = None,
         show_progress: bool = False,
     ) -> list[ScoreOutput]:
@@ -113,9 +119,16 @@ class LLM:
         like sentence-transformers' CrossEncoder) or the logits with ``raw_scores=True``; an embedding model
         returns the cosine similarity of the two texts' embeddings. An LLM reranker (Qwen3-Reranker) formats
         each pair with its prompt template; ``instruction`` replaces the template's instruction.
+        ``long_input="chunk"`` scores a long text_2 by its windows (``chunk_score``: max, mean, first).
         """
-        params = PoolingParams(truncate=truncate, raw_scores=raw_scores, instruction=instruction)
-        plan = tasks.score(self.model_config, text_1, text_2, params)
+        params = PoolingParams(
+            truncate=truncate,
+            raw_scores=raw_scores,
+            instruction=instruction,
+            long_input=long_input,
+            chunk_score=chunk_score,
+        )
+        plan = tasks.score(self.model_config, text_1, text_2, params, self.chunker)
         return self._drive(plan, batch_size, show_progress)
 
     def rerank(
@@ -129,11 +142,20 @@ class LLM:
         truncate: bool | None = None,
         instruction: str | None = None,
         max_tokens_per_doc: int | None = None,
+        long_input: str | None = None,
+        chunk_score: str | None = None,
         batch_size: int | None = None,
     ) -> list[RerankResult]:
         """Documents sorted by relevance to ``query`` (highest first), each with its original ``index``;
-        ``max_tokens_per_doc`` cuts each document to that many tokens first (Cohere's cap)."""
-        params = PoolingParams(truncate=truncate, raw_scores=raw_scores, instruction=instruction)
+        ``max_tokens_per_doc`` cuts each document to that many tokens first (Cohere's cap);
+        ``long_input="chunk"`` scores a long document by its windows (``chunk_score``: max, mean, first)."""
+        params = PoolingParams(
+            truncate=truncate,
+            raw_scores=raw_scores,
+            instruction=instruction,
+            long_input=long_input,
+            chunk_score=chunk_score,
+        )
         plan = tasks.rerank(
             self.model_config,
             self.engine.tokenizer.untruncated(),
@@ -143,6 +165,7 @@ class LLM:
             top_n,
             return_documents,
             max_tokens_per_doc,
+            self.chunker,
         )
         results, _ = self._drive(plan, batch_size, show_progress=False)
         return results

@@ -20,6 +20,7 @@ import numpy as np
 
 from wde.config import ModelConfig
 from wde.engine.errors import raise_for_errors
+from wde.engine.long_inputs import Chunker, aggregate_embeddings, aggregate_scores, long_input_mode
 from wde.engine.output_precision import CALIBRATED, Calibration, quantize
 from wde.engine.scoring import (
     CosinePlan,
@@ -139,11 +140,14 @@ def encode(
     params: PoolingParams,
     tokenizer: Any = None,
     calibration: Calibration | None = None,
+    chunker: Chunker | None = None,
 ) -> Plan:
     """One embedding per prompt, in order: dense vectors, sparse (token id, weight) pairs, token vectors or
     several of them, as ``params.output`` asks (the model's default when unset). With a ``tokenizer``,
     sparse outputs get the token strings of their ids (``decode``). A ``params.precision`` other than float32
-    quantizes dense vectors (int8 / uint8 with the ``calibration`` set's ranges, embedded once)."""
+    quantizes dense vectors (int8 / uint8 with the ``calibration`` set's ranges, embedded once). Inputs
+    longer than max_model_len are cut, refused or, with the ``chunker``, embedded in windows
+    (``long_input``: wde/engine/long_inputs.py)."""
     check_operation(model_config, "encode")
     check_output(model_config, params.output)
     precision = params.precision or "float32"
@@ -151,7 +155,7 @@ def encode(
     float_params = dataclasses.replace(params, precision=None)  # the engine (and its cache) run floats
     outputs: list[
         EmbeddingOutput | SparseEmbeddingOutput | MultiVectorOutput | CombinedEmbeddingOutput
-    ] = yield Submit(as_prompt_list(prompts), float_params)
+    ] = yield from embed(model_config, as_prompt_list(prompts), float_params, chunker)
     if tokenizer is not None and "sparse" in params.output_kinds(model_config):
         yield Offload(decode_tokens, (tokenizer, outputs))
     if precision != "float32":
@@ -160,12 +164,72 @@ def encode(
             assert calibration is not None and calibration.texts  # Calibration.check
             ranges = calibration.ranges(float_params)
             if ranges is None:
-                reference: list[EmbeddingOutput] = yield Submit(calibration.texts, float_params)
+                reference: list[EmbeddingOutput] = yield from embed(
+                    model_config, calibration.texts, float_params, chunker
+                )
                 ranges = calibration.store(float_params, np.stack([output.embedding for output in reference]))
         quantized = quantize(np.stack([output.embedding for output in outputs]), precision, ranges)
         for output, row in zip(outputs, quantized, strict=True):
             output.embedding = row
     return outputs
+
+
+def embed(
+    model_config: ModelConfig, prompts: list[Any], params: PoolingParams, chunker: Chunker | None
+) -> Plan:
+    """The engine's outputs for ``prompts``, long ones cut, refused or run in windows as ``long_input``
+    asks (windows: dense output only, aggregated per text; token-id inputs run as given)."""
+    mode = long_input_mode(params, model_config)
+    if mode != "chunk":
+        outputs = yield Submit(
+            prompts, dataclasses.replace(params, truncate=mode == "truncate", long_input=None)
+        )
+        return outputs
+    _check_chunkable(model_config, prompts, params, chunker)
+    assert chunker is not None  # _check_chunkable
+    prompt_name = params.prompt_name or model_config.default_prompt_name
+    prompt = model_config.prompts[prompt_name] if prompt_name else ""
+    texts = {index: _text_of(item) for index, item in enumerate(prompts) if _text_of(item) is not None}
+    text_windows, text_owners = yield Offload(chunker.text_windows, (list(texts.values()), prompt))
+    # every input's windows in input order: a text's from the chunker, token ids as they are
+    windows_of: dict[int, list[Any]] = {index: [] for index in range(len(prompts))}
+    text_index = list(texts)
+    for window, owner in zip(text_windows, text_owners, strict=True):
+        windows_of[text_index[owner]].append(window)
+    for index, item in enumerate(prompts):
+        if index not in texts:
+            windows_of[index].append(item)
+    windows = [window for index in range(len(prompts)) for window in windows_of[index]]
+    owners = [index for index in range(len(prompts)) for _ in windows_of[index]]
+    window_params = dataclasses.replace(
+        params, normalize=False, dimensions=None, prompt_name=None, truncate=False, long_input=None
+    )
+    outputs = yield Submit(windows, window_params)
+    normalize = model_config.pooling.normalize if params.normalize is None else params.normalize
+    return aggregate_embeddings(outputs, owners, len(prompts), params.dimensions, normalize)
+
+
+def _text_of(prompt: Any) -> str | None:
+    text = prompt.get("prompt") if isinstance(prompt, dict) else prompt
+    return text if isinstance(text, str) else None
+
+
+def _check_chunkable(
+    model_config: ModelConfig, prompts: list[Any], params: PoolingParams, chunker: Chunker | None
+) -> None:
+    params.verify(model_config)
+    if chunker is None:
+        raise ValueError("long_input='chunk' needs the engine's tokenizer (LLM / AsyncLLMEngine pass it)")
+    if params.output_kinds(model_config) != ("dense",):
+        raise ValueError("long_input='chunk' applies to dense output; cut or refuse other kinds' long inputs")
+    for index, item in enumerate(prompts):
+        ids = item.get("prompt_token_ids") if isinstance(item, dict) else None
+        if isinstance(ids, list) and len(ids) > model_config.max_model_len:
+            raise ValueError(
+                f"input {index}: {len(ids)} token ids, more than max_model_len "
+                f"({model_config.max_model_len}); long_input='chunk' cuts texts into windows, not token ids: "
+                "send the text"
+            )
 
 
 def decode_tokens(tokenizer: Any, outputs: Sequence[SparseEmbeddingOutput | CombinedEmbeddingOutput]) -> None:
@@ -177,16 +241,28 @@ def decode_tokens(tokenizer: Any, outputs: Sequence[SparseEmbeddingOutput | Comb
             sparse.tokens = [tokenizer.id_to_token(token_id) for token_id in sparse.indices.tolist()]
 
 
-def score(model_config: ModelConfig, text_1: Any, text_2: Any, params: PoolingParams) -> Plan:
+def score(
+    model_config: ModelConfig, text_1: Any, text_2: Any, params: PoolingParams, chunker: Chunker | None = None
+) -> Plan:
     """Scores of (text_1, text_2) pairs, 1:N or N:N: a cross-encoder's classifier, or the cosine similarity
     of an embedding model's embeddings (each distinct text embedded once); a SPLADE model's sparse vectors
-    compare by their dot product (its saved similarity_fn_name), as ``SparseEncoder.similarity``."""
+    compare by their dot product (its saved similarity_fn_name), as ``SparseEncoder.similarity``. With
+    ``long_input='chunk'`` a cross-encoder scores each window of a long text_2 and keeps their ``chunk_score``
+    (max by default); an embedding model embeds long texts in windows."""
     check_operation(model_config, "score")
     pairs = make_pairs(text_1, text_2)
+    mode = long_input_mode(params, model_config)
+    if model_config.task == "score" and mode == "chunk":
+        return (yield from _score_windows(model_config, pairs, params, chunker))
     if model_config.task == "score":
-        outputs: list[ScoreOutput] = yield Submit(pairs, params)
+        outputs: list[ScoreOutput] = yield Submit(
+            pairs, dataclasses.replace(params, truncate=mode == "truncate", long_input=None)
+        )
         return outputs
     params.verify(model_config)
+    if mode == "chunk" and model_config.outputs[0] != "dense":
+        raise ValueError("long_input='chunk' scores with dense embeddings or a cross-encoder, not this model")
+    params = dataclasses.replace(params, truncate=None if mode == "chunk" else mode == "truncate")
     request_ids = [str(index) for index in range(len(pairs))]
     if model_config.outputs[0] == "multi_vector" and model_config.multi_vector is not None:  # MaxSim
         late = MaxSimPlan.from_pairs(pairs)
@@ -199,10 +275,47 @@ def score(model_config: ModelConfig, text_1: Any, text_2: Any, params: PoolingPa
         sparse = yield Submit(plan.texts, PoolingParams(truncate=params.truncate, output="sparse"))
         return plan.sparse_scores(sparse, request_ids, model_config.sparse.similarity)
     check_output(model_config, "dense", "cosine scoring")
-    embeddings = yield Submit(
-        plan.texts, PoolingParams(normalize=True, truncate=params.truncate, output="dense")
+    dense = PoolingParams(
+        normalize=True, truncate=params.truncate, output="dense", long_input=params.long_input
     )
+    embeddings = yield from embed(model_config, plan.texts, dense, chunker)
     return plan.scores(embeddings, request_ids)
+
+
+def _score_windows(
+    model_config: ModelConfig, pairs: list[TextPair], params: PoolingParams, chunker: Chunker | None
+) -> Plan:
+    """A cross-encoder's scores of pairs whose second text may be long: every window of it scored with the
+    first text, the pair's score their ``chunk_score`` (max, mean, first)."""
+    params.verify(model_config)
+    if chunker is None:
+        raise ValueError("long_input='chunk' needs the engine's tokenizer (LLM / AsyncLLMEngine pass it)")
+    windows, owners = yield Offload(_pair_windows, (chunker, model_config, pairs, params.instruction))
+    window_params = dataclasses.replace(params, truncate=True, long_input=None, chunk_score=None)
+    outputs: list[ScoreOutput] = yield Submit(windows, window_params)
+    return aggregate_scores(outputs, owners, len(pairs), params.chunk_score or "max")
+
+
+def _pair_windows(
+    chunker: Chunker, model_config: ModelConfig, pairs: list[TextPair], instruction: str | None
+) -> tuple[list[TextPair], list[int]]:
+    windows: list[TextPair] = []
+    owners: list[int] = []
+    for owner, (query, document) in enumerate(pairs):
+        overhead = _pair_overhead(chunker, model_config, query, instruction)
+        for window in chunker.document_windows(query, document, overhead):
+            windows.append((query, window))
+            owners.append(owner)
+    return windows, owners
+
+
+def _pair_overhead(chunker: Chunker, model_config: ModelConfig, query: str, instruction: str | None) -> int:
+    """Tokens of the pair with an empty document: the query, the special tokens or the reranker's template."""
+    template = model_config.pair_template
+    if template is None:
+        return len(chunker.tokenizer.encode(query, "", add_special_tokens=True).ids)
+    text = template.format(instruction=instruction or model_config.pair_instruction, query=query, document="")
+    return len(chunker.tokenizer.encode(text, add_special_tokens=True).ids)
 
 
 def rerank(
@@ -214,6 +327,7 @@ def rerank(
     top_n: int | None = None,
     return_documents: bool = False,
     max_tokens_per_doc: int | None = None,
+    chunker: Chunker | None = None,
 ) -> Plan:
     """(documents sorted by relevance to ``query``, highest first, with their original index; tokens
     processed). ``max_tokens_per_doc`` cuts each document to that many tokens first (``tokenizer``: an
@@ -222,7 +336,7 @@ def rerank(
     texts = rerank_documents(query, documents, top_n, model_config)
     if needs_token_cap(max_tokens_per_doc, model_config.max_model_len):
         texts = yield Offload(cap_document_tokens, (tokenizer, texts, max_tokens_per_doc))
-    scores: list[ScoreOutput] = yield from score(model_config, query, texts, params)
+    scores: list[ScoreOutput] = yield from score(model_config, query, texts, params, chunker)
     ranked: list[RerankResult] = rank(scores, documents, top_n, return_documents)
     return ranked, sum(output.num_tokens for output in scores)
 
