@@ -192,6 +192,8 @@ class ModelConfig:
     outputs: tuple[str, ...] = ("dense",)
     sparse: SparseConfig | None = None
     multi_vector: MultiVectorConfig | None = None
+    # tokens the tokenizer must keep whole (a PyLate ColBERT's [unused0] query prefix): added as special
+    added_special_tokens: tuple[str, ...] = ()
 
     @property
     def max_position_embeddings(self) -> int:

@@ -145,6 +145,7 @@ class EngineArgs:
                 outputs=outputs,
                 sparse=sparse,
                 multi_vector=multi_vector,
+                added_special_tokens=_prefix_tokens(tokenizer_path, st_metadata.prefix_tokens),
             ),
             scheduler_config=SchedulerConfig(
                 max_num_batched_tokens=max_num_batched_tokens,
@@ -259,6 +260,14 @@ def _resolve_outputs(
         return ("multi_vector",), None, multi_vector
     outputs, sparse = _splade_outputs(model_cls, architecture, st_metadata, hf_config, model_path)
     return outputs, sparse, None
+
+
+def _prefix_tokens(tokenizer_path: str, prefixes: list[str]) -> tuple[str, ...]:
+    if not prefixes:
+        return ()
+    from wde.tokenizer import tokens_to_keep_whole
+
+    return tokens_to_keep_whole(tokenizer_path, prefixes)
 
 
 def _expansion_token_id(tokenizer_path: str, token: str | None) -> int:

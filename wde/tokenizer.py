@@ -38,9 +38,23 @@ class Tokenizer:
 
     @classmethod
     def from_pretrained(
-        cls, path: str | Path, max_length: int, pair_truncation: str = "longest_first"
+        cls,
+        path: str | Path,
+        max_length: int,
+        pair_truncation: str = "longest_first",
+        special_tokens: tuple[str, ...] = (),
     ) -> Tokenizer:
-        path = Path(path)
+        """The folder's fast tokenizer; ``special_tokens`` are added as special (never split, never
+        normalized)."""
+        tokenizer = cls._load(Path(path), max_length, pair_truncation)
+        if special_tokens:
+            tokenizer.backend.add_special_tokens(
+                [tokenizers.AddedToken(token, special=True, normalized=False) for token in special_tokens]
+            )
+        return tokenizer
+
+    @classmethod
+    def _load(cls, path: Path, max_length: int, pair_truncation: str) -> Tokenizer:
         tokenizer_file = path / "tokenizer.json"
         if tokenizer_file.exists():
             return cls(tokenizers.Tokenizer.from_file(str(tokenizer_file)), max_length, pair_truncation)
@@ -112,3 +126,19 @@ def token_ids_of_words(path: str | Path, words: list[str]) -> list[int]:
     vocabulary = Tokenizer.from_pretrained(path, max_length=1).backend
     ids = (vocabulary.token_to_id(word) for word in words)
     return [token_id for token_id in ids if token_id is not None]
+
+
+def tokens_to_keep_whole(path: str | Path, prefixes: list[str]) -> tuple[str, ...]:
+    """Of a PyLate ColBERT's prefixes, those the vocabulary has (whole, or their first word) but the
+    tokenizer splits into pieces: registered as special tokens, as sentence-transformers does."""
+    backend = Tokenizer.from_pretrained(path, max_length=1).backend
+    vocabulary = backend.get_vocab(with_added_tokens=True)
+    keep: list[str] = []
+    for value in prefixes:
+        for prefix in (value, *value.split(None, 1)[:1]):
+            if prefix not in vocabulary:
+                continue
+            if backend.encode(prefix, add_special_tokens=False).tokens != [prefix]:
+                keep.append(prefix)
+            break
+    return tuple(keep)

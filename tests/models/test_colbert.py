@@ -169,3 +169,68 @@ def test_batch_equals_single(colbert_dir: Path, texts: list[str]) -> None:
     for text, output in zip(texts, batch, strict=True):
         alone = llm.encode(text, input_type="query")[0]
         np.testing.assert_allclose(output.vectors, alone.vectors, atol=1e-5)
+
+
+def save_pylate_colbert(path: Path, hf_dir: Path, **config: object) -> Path:
+    """A ColBERT folder in PyLate <= 3's layout, written by hand (PyLate itself is not installed): the BERT
+    checkpoint, a pylate Dense (no module names, no bias), PyLate's keys in config_sentence_transformers."""
+    import shutil
+
+    from safetensors.torch import save_file
+
+    shutil.copytree(hf_dir, path)
+    modules = [
+        {"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"},
+        {"idx": 1, "name": "1", "path": "1_Dense", "type": "pylate.models.Dense.Dense"},
+    ]
+    (path / "modules.json").write_text(json.dumps(modules))
+    (path / "1_Dense").mkdir()
+    dense_config = {
+        "in_features": 32,
+        "out_features": VECTOR_SIZE,
+        "bias": False,
+        "activation_function": "torch.nn.modules.linear.Identity",
+        "use_residual": False,
+    }
+    (path / "1_Dense" / "config.json").write_text(json.dumps(dense_config))
+    generator = torch.Generator().manual_seed(SEED + 99)
+    save_file(
+        {"linear.weight": torch.randn(VECTOR_SIZE, 32, generator=generator) * 0.2},
+        path / "1_Dense" / "model.safetensors",
+    )
+    (path / "sentence_bert_config.json").write_text(
+        json.dumps({"max_seq_length": 60, "do_lower_case": False})
+    )
+    st_config = {
+        "model_type": "ColBERT",
+        "query_prefix": "[unused0]",
+        "document_prefix": "[unused1]",
+        "query_length": 24,
+        "document_length": 60,
+        "attend_to_expansion_tokens": False,
+        "similarity_fn_name": "MaxSim",
+        **config,
+    }
+    (path / "config_sentence_transformers.json").write_text(json.dumps(st_config))
+    return path
+
+
+@pytest.mark.parametrize(
+    "config",
+    [{}, {"do_query_expansion": False, "skiplist_words": ["the", "a"]}],
+    ids=["pylate-defaults", "no-expansion-own-skiplist"],
+)
+def test_pylate_colbert_folder_equals_multi_vector_encoder(
+    bert_dir: Path, tmp_path: Path, texts: list[str], config: dict
+) -> None:
+    """[unused0] / [unused1] prefixes kept whole (registered as special tokens), [MASK] expansion to
+    query_length unattended, documents cut at document_length without punctuation: as MultiVectorEncoder
+    converts a PyLate save."""
+    path = save_pylate_colbert(tmp_path / "pylate", bert_dir, **config)
+    llm = wde.LLM(str(path), device="cpu")
+    assert llm.model_config.added_special_tokens == ("[unused0]", "[unused1]")
+    queries = llm.encode(texts, input_type="query")
+    assert_same_vectors(queries, reference(path, texts, "query"))
+    assert_same_vectors(llm.encode(texts, input_type="document"), reference(path, texts, "document"))
+    tokens = llm.engine.tokenizer.untruncated().encode("[unused0]what is debian").tokens
+    assert tokens[:3] == ["[CLS]", "[unused0]", "what"]

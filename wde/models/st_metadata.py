@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from wde.config import DenseConfig, MultiVectorConfig, PoolingConfig, SparseConfig
+from wde.models.pylate_metadata import apply_pylate_colbert, is_pylate_colbert
 
 _PACKAGE = "sentence_transformers."
 _SUPPORTED_MODULES = (
@@ -37,6 +38,7 @@ _UNSUPPORTED_HINTS = {
     "SparseStaticEmbedding": " (inference-free SPLADE's static query weights are not supported yet)",
     "SparseAutoEncoder": " (CSR sparse auto-encoders are not supported yet; SPLADE's SpladePooling is)",
 }
+_MODULE_ALIASES = {"pylate.models.Dense.Dense": "Dense"}
 # A Dense module's activation_function is a torch class path ("torch.nn.modules.activation.Tanh").
 _DENSE_ACTIVATIONS = {
     "Identity": "identity",
@@ -73,6 +75,7 @@ class SentenceTransformerMetadata:
     multi_vector: MultiVectorConfig | None = None
     skiplist_words: list[str] = field(default_factory=list)
     expansion_token: str | None = None  # query expansion's token (None: the mask token, else eos)
+    prefix_tokens: list[str] = field(default_factory=list)  # PyLate's query / document prefixes
 
     @property
     def outputs(self) -> tuple[str, ...] | None:
@@ -93,7 +96,9 @@ def _read_json(path: Path) -> Any:
 
 def module_kind(module_type: str) -> str:
     """``sentence_transformers.base.modules.normalize.Normalize`` -> ``Normalize``; a class from another
-    package keeps its full path (so the error names it)."""
+    package keeps its full path (so the error names it), but PyLate's Dense (sentence-transformers' own)."""
+    if module_type in _MODULE_ALIASES:
+        return _MODULE_ALIASES[module_type]
     if module_type.startswith(_PACKAGE):
         return module_type.rsplit(".", 1)[-1]
     return module_type
@@ -168,8 +173,12 @@ def _read_splade_pooling(module_dir: Path) -> tuple[SparseConfig, int | None]:
     return sparse, int(dimension) if dimension else None
 
 
-def _is_token_dense(module_dir: Path) -> bool:
-    return _read_json(module_dir / "config.json").get("module_input_name") == "token_embeddings"
+def _is_token_dense(module_dir: Path, multi_vector_model: bool) -> bool:
+    """A Dense of token embeddings: so named, or unnamed in a multi-vector model (PyLate, ST < 5.4 saves)."""
+    config = _read_json(module_dir / "config.json")
+    if "module_input_name" not in config:
+        return multi_vector_model
+    return config["module_input_name"] == "token_embeddings"
 
 
 def _normalizes_tokens(module_dir: Path) -> bool:
@@ -217,6 +226,9 @@ def read_st_metadata(model_dir: str | Path) -> SentenceTransformerMetadata:
     """Return what the directory says about pooling, normalization, max length, prompts and activation."""
     model_dir = Path(model_dir)
     metadata = SentenceTransformerMetadata()
+    st_config_path = model_dir / "config_sentence_transformers.json"
+    st_config = _read_json(st_config_path) if st_config_path.exists() else {}
+    multi_vector_model = st_config.get("model_type") in ("MultiVectorEncoder", "ColBERT")
 
     # 1. modules.json: Transformer -> Pooling -> Dense* -> Normalize
     modules_path = model_dir / "modules.json"
@@ -232,7 +244,7 @@ def read_st_metadata(model_dir: str | Path) -> SentenceTransformerMetadata:
                 )
             if kind == "Pooling":
                 pooling = _read_pooling(model_dir / module.get("path", ""))
-            elif kind == "Dense" and _is_token_dense(model_dir / module.get("path", "")):
+            elif kind == "Dense" and _is_token_dense(model_dir / module.get("path", ""), multi_vector_model):
                 if metadata.multi_vector is not None:
                     raise ValueError(
                         f"{modules_path}: wde applies one token Dense module in a multi-vector model"
@@ -282,9 +294,7 @@ def read_st_metadata(model_dir: str | Path) -> SentenceTransformerMetadata:
         metadata.max_seq_length = int(max_seq_length) if max_seq_length else None
 
     # 3. prompts and a CrossEncoder's activation
-    st_config_path = model_dir / "config_sentence_transformers.json"
-    if st_config_path.exists():
-        st_config = _read_json(st_config_path)
+    if st_config:
         metadata.prompts = dict(st_config.get("prompts") or {})
         metadata.default_prompt_name = st_config.get("default_prompt_name") or None
         metadata.activation_fn = st_config.get("activation_fn") or None
@@ -295,4 +305,7 @@ def read_st_metadata(model_dir: str | Path) -> SentenceTransformerMetadata:
             metadata.sparse.similarity = str(st_config["similarity_fn_name"])
         if metadata.multi_vector is not None and st_config.get("similarity_fn_name"):
             metadata.multi_vector.similarity = str(st_config["similarity_fn_name"])
+    # 4. a PyLate <= 3 ColBERT: its prefixes, query expansion, skiplist and normalization
+    if is_pylate_colbert(st_config):
+        apply_pylate_colbert(st_config, metadata, str(st_config_path))
     return metadata
