@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from pathlib import Path
 
 import anyio
 from fastapi import FastAPI
@@ -23,6 +24,7 @@ from starlette.middleware.cors import CORSMiddleware
 
 import wde
 from server.app_state import AppState
+from server.batches.service import BatchService
 from server.errors import install_error_handlers
 from server.middleware.admission import AdmissionMiddleware
 from server.middleware.auth import ApiKeyMiddleware
@@ -35,10 +37,12 @@ from server.openapi import install_openapi
 from server.request_trace import record_call
 from server.responses import ORJSONResponse
 from server.routes import (
+    batches,
     compat,
     embed,
     embed_all,
     embed_sparse,
+    files,
     info,
     metrics,
     openai,
@@ -50,7 +54,20 @@ from server.settings import ServerSettings
 from server.tracing import Tracing
 from wde.engine.async_llm_engine import AsyncLLMEngine
 
-ROUTE_MODULES = (info, embed, embed_all, embed_sparse, rerank, predict, tokenize, openai, metrics, compat)
+ROUTE_MODULES = (
+    info,
+    embed,
+    embed_all,
+    embed_sparse,
+    rerank,
+    predict,
+    tokenize,
+    openai,
+    files,
+    batches,
+    metrics,
+    compat,
+)
 
 
 def create_app(
@@ -71,6 +88,10 @@ def create_app(
         title="wde", version=wde.__version__, lifespan=_lifespan, default_response_class=ORJSONResponse
     )
     app.state.wde = state
+    batch_dir = Path(settings.batch_dir).expanduser()
+    app.state.batches = BatchService(
+        batch_dir, app, engine, lambda: state.draining, settings.batch_lines_in_flight
+    )
     app.state.tracing = tracing
     # 2. routes and the error table
     for module in ROUTE_MODULES:
@@ -106,7 +127,9 @@ def create_app(
 async def _lifespan(app: FastAPI) -> AsyncIterator[None]:
     state: AppState = app.state.wde
     state.engine.start()  # loads on the engine thread: /health answers 503 until it is ready
+    await app.state.batches.start()  # resumes interrupted batches once the engine is ready
     yield
+    await app.state.batches.stop()  # lines in flight are aborted: run again when the batch resumes
     # The HTTP server has finished the in-flight requests by now; drain whatever the engine still holds.
     state.begin_drain()
     await anyio.to_thread.run_sync(state.engine.shutdown)

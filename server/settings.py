@@ -31,6 +31,8 @@ class ServerSettings:
     max_header_bytes: int = 65536  # request line + headers; larger gets 431
     keep_alive_timeout: float = 5.0  # seconds an idle keep-alive connection stays open
     cors_allow_origins: list[str] | None = None  # browser origins allowed (CORS; "*": any); off when unset
+    batch_dir: str = "~/.cache/wde/batches"  # the Batch API's files and batches, kept across restarts
+    batch_lines_in_flight: int = 16  # lines of a running batch in the engine at once (a window, not all)
     # OpenTelemetry traces (the otel extra): on / off; unset: on when OTEL_* configures an exporter
     otel: bool | None = None
 
@@ -39,7 +41,13 @@ class ServerSettings:
         return [f.name for f in fields(cls)]
 
     def verify(self) -> None:
-        for name in ("payload_limit", "max_client_batch_size", "max_concurrent_requests", "max_header_bytes"):
+        for name in (
+            "payload_limit",
+            "max_client_batch_size",
+            "max_concurrent_requests",
+            "max_header_bytes",
+            "batch_lines_in_flight",
+        ):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValueError(f"{name} must be a positive int, got {value!r}")
@@ -57,6 +65,8 @@ class ServerSettings:
                 raise ValueError(f"{name} must be a positive number of seconds, got {value!r}")
         if self.cors_allow_origins is not None and not all(self.cors_allow_origins):
             raise ValueError(f"cors_allow_origins has an empty origin: {self.cors_allow_origins!r}")
+        if not self.batch_dir:
+            raise ValueError("batch_dir is empty; pass a folder for the Batch API's files (--batch-dir)")
         if self.otel and importlib.util.find_spec("opentelemetry.sdk") is None:
             raise ValueError("otel: OpenTelemetry is not installed; pip install 'wde[otel]' or drop --otel")
 

@@ -1,0 +1,114 @@
+"""``BatchService``: what the ``/v1/files`` and ``/v1/batches`` routes call; holds the stores and runner."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from fastapi import FastAPI
+from starlette.requests import HTTPConnection
+
+from server.batches.batch_runner import BatchRunner
+from server.batches.batch_store import ACTIVE, CANCELLABLE, BatchStore, new_batch
+from server.batches.file_store import FileStore
+from server.batches.line_dispatch import RouteDispatcher
+from server.batches.progress import Progress
+from wde.engine.async_llm_engine import AsyncLLMEngine
+
+logger = logging.getLogger("wde.server.batches")
+
+
+class BatchConflictError(Exception):
+    """The batch is in a status that does not allow the operation (cancel a completed batch)."""
+
+
+class BatchService:
+    def __init__(
+        self,
+        folder: Path,
+        app: FastAPI,
+        engine: AsyncLLMEngine,
+        is_draining: Callable[[], bool],
+        max_lines_in_flight: int,
+    ) -> None:
+        self.folder = folder
+        self.files = FileStore(folder / "files")
+        self.batches = BatchStore(folder / "batches")
+        self.runner = BatchRunner(
+            self.files, self.batches, RouteDispatcher(app), engine, is_draining, max_lines_in_flight
+        )
+
+    # ---- life cycle (the app's lifespan) ------------------------------------------------------------
+    async def start(self) -> None:
+        """Load the batches on disk, queue the interrupted ones (oldest first), start the runner."""
+        for batch in await asyncio.to_thread(self._load):
+            if batch["status"] in ACTIVE:
+                counts = batch["request_counts"]
+                logger.info(
+                    "batch %s resumes (%s): %d of %d lines answered",
+                    batch["id"],
+                    batch["status"],
+                    counts["completed"] + counts["failed"],
+                    counts["total"],
+                )
+                self.runner.submit(batch["id"])
+        self.runner.start()
+
+    async def stop(self) -> None:
+        await self.runner.stop()
+
+    def _load(self) -> list[dict[str, Any]]:
+        batches = self.batches.load()
+        for batch in batches:  # the counts a client sees before its batch's turn comes
+            if batch["status"] in ACTIVE and batch["request_counts"]["total"]:
+                progress = Progress.open(self.batches.progress_path(batch["id"]))
+                batch["request_counts"].update(completed=progress.num_completed, failed=progress.num_failed)
+        return batches
+
+    # ---- batches --------------------------------------------------------------------------------------
+    async def create_batch(
+        self,
+        input_file_id: str,
+        endpoint: str,
+        completion_window: str,
+        metadata: dict[str, str] | None,
+        model: str,
+    ) -> dict[str, Any]:
+        """A new batch, validating, queued behind the others. Raises FileNotFound, or ValueError for a file
+        that is not a batch input."""
+        file_object = self.files.get(input_file_id)
+        if file_object["purpose"] != "batch":
+            raise ValueError(
+                f"input_file_id: file {input_file_id!r} has purpose {file_object['purpose']!r}; upload the "
+                "requests with purpose 'batch'"
+            )
+        batch = new_batch(input_file_id, endpoint, completion_window, metadata, model)
+        await self.batches.save(batch)
+        self.runner.submit(batch["id"])
+        return batch
+
+    async def cancel_batch(self, batch_id: str) -> dict[str, Any]:
+        """cancelling, then cancelled once the lines in flight are aborted and the files written."""
+        batch = self.batches.get(batch_id)
+        if batch["status"] in ("cancelling", "cancelled"):
+            return batch
+        if batch["status"] not in CANCELLABLE:
+            raise BatchConflictError(
+                f"batch {batch_id} is {batch['status']}; only validating or in_progress ones can be cancelled"
+            )
+        running = self.runner.is_running(batch_id)
+        if running:
+            self.runner.cancel_running()
+        batch = await self.batches.update(batch_id, status="cancelling", cancelling_at=int(time.time()))
+        if not running:
+            await self.runner.cancel_queued(batch_id)
+        return self.batches.get(batch_id)
+
+
+def get_batches(connection: HTTPConnection) -> BatchService:
+    """The app's ``BatchService`` (``app.state.batches``), for a route handler."""
+    return connection.app.state.batches
