@@ -1,4 +1,5 @@
-"""The ``wde`` command: ``wde serve [MODEL] [flags]`` and ``wde bench [flags]``.
+"""The ``wde`` command: ``wde serve [MODEL] [flags]``, ``wde embed INPUT --output OUT [flags]`` and
+``wde bench [flags]``.
 
 Engine flags come from the ``EngineArgs`` fields, server flags from ``ServerSettings`` plus the HTTP
 listener's; every flag can also be set as ``WDE_<FLAG>`` (``WDE_MAX_NUM_BATCHED_TOKENS=4096``,
@@ -125,9 +126,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"wde bench: error: {e}", file=sys.stderr)
             return 2
         return 0
-    # 2. serve
+    # 2. serve or embed
     parser = build_parser()
     args = parser.parse_args(argv)
+    if args.command == "embed":
+        return embed(args)
     if args.command != "serve":
         parser.print_help()
         return 2
@@ -136,7 +139,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="wde", description="prefill-only inference server (embeddings)")
-    commands = parser.add_subparsers(dest="command", metavar="{serve,bench}")
+    commands = parser.add_subparsers(dest="command", metavar="{serve,embed,bench}")
     serve_parser = commands.add_parser(
         "serve",
         help="serve a model over HTTP (TEI- and OpenAI-compatible)",
@@ -164,7 +167,89 @@ def build_parser() -> argparse.ArgumentParser:
     _add_dataclass_flags(server_group, ServerSettings, SERVER_HELP, {}, skip=set())
     # 3. WDE_<FLAG> environment variables become the defaults
     _apply_environment(serve_parser)
+    _add_embed_parser(commands)
     return parser
+
+
+def _add_embed_parser(commands: Any) -> None:
+    embed_parser = commands.add_parser(
+        "embed",
+        help="embed a file of texts into parquet parts, resumable (jsonl, csv, parquet, txt)",
+        description="Embed every record of INPUT into OUT, a directory of parquet parts (id, embedding, "
+        "num_tokens); run the same command again to resume after an interruption.",
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
+    job = embed_parser.add_argument_group("job")
+    job.add_argument("input", help="a .jsonl, .csv, .parquet or .txt file (txt: one text per line)")
+    job.add_argument(
+        "--output", "-o", required=True, help="the output directory (created; resumed if it exists)"
+    )
+    job.add_argument("--text-field", default="text", help="the field holding the text")
+    job.add_argument(
+        "--id-field", default="id", help="the field holding a unique id (records without it: their position)"
+    )
+    job.add_argument(
+        "--input-format", choices=("jsonl", "csv", "parquet", "txt"), help="default: from the suffix"
+    )
+    job.add_argument("--chunk-size", type=int, default=1024, help="texts per part file (and per engine call)")
+    job.add_argument("--dimensions", type=int, help="Matryoshka: keep the first N dimensions, renormalized")
+    job.add_argument("--prompt-name", help="the model's prompt to prepend (sentence-transformers prompts)")
+    job.add_argument(
+        "--progress", action=argparse.BooleanOptionalAction, default=True, help="progress on stderr"
+    )
+    job.add_argument("--log-level", default="info", choices=["critical", "error", "warning", "info", "debug"])
+    ray_group = embed_parser.add_argument_group("ray")
+    ray_group.add_argument(
+        "--ray", action="store_true", help="run on Ray Data (the cluster of RAY_ADDRESS, else a local one)"
+    )
+    ray_group.add_argument(
+        "--num-actors", type=int, help="engines in the actor pool (default: cluster CPUs / --cpus-per-actor)"
+    )
+    ray_group.add_argument(
+        "--cpus-per-actor", type=float, default=1.0, help="CPUs (torch threads) per engine"
+    )
+    engine_group = embed_parser.add_argument_group("engine")
+    engine_group.add_argument("--model", default=None, help=ENGINE_HELP["model"])
+    _add_dataclass_flags(engine_group, EngineArgs, ENGINE_HELP, ENGINE_CHOICES, skip={"model"})
+    _apply_environment(embed_parser)
+
+
+def embed(args: argparse.Namespace) -> int:
+    """Exit 2 with one line for a user error (a flag, the input, a model folder, an output made with other
+    settings), 130 when interrupted (the parts written stay; the same command resumes), 0 when done."""
+    logging.basicConfig(
+        level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+    try:
+        from wde.bulk import embed as embed_file
+
+        result = embed_file(
+            args.input,
+            args.output,
+            text_field=args.text_field,
+            id_field=args.id_field,
+            input_format=args.input_format,
+            chunk_size=args.chunk_size,
+            dimensions=args.dimensions,
+            prompt_name=args.prompt_name,
+            use_ray=args.ray,
+            num_actors=args.num_actors,
+            cpus_per_actor=args.cpus_per_actor,
+            show_progress=args.progress,
+            **{name: getattr(args, name) for name in EngineArgs.field_names()},
+        )
+    except (ValueError, TypeError, OSError, ImportError) as e:
+        print(f"wde embed: error: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print(
+            f"wde embed: interrupted; the finished parts stay in {args.output}: run the same command to "
+            "resume",
+            file=sys.stderr,
+        )
+        return 130
+    print(result.summary())
+    return 0
 
 
 def serve(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:

@@ -1,0 +1,73 @@
+"""``wde embed --ray`` on a local Ray (2 CPUs): the same parts as in process, a resume across the two,
+and ``WdeEmbedder`` in a pipeline of the user's own."""
+
+from __future__ import annotations
+
+import logging
+
+import numpy as np
+import pytest
+
+from tests.bulk.conftest import (
+    MIN_COSINE,
+    assert_equals_reference,
+    cosines,
+    read_output,
+    write_input,
+    write_jsonl,
+)
+from wde.bulk import embed
+from wde.bulk.ray import WdeEmbedder
+
+pytestmark = pytest.mark.slow  # a local Ray cluster and its actors: tens of seconds
+
+CHUNK_SIZE = 32
+
+
+@pytest.fixture(scope="module")
+def local_ray():
+    import ray
+
+    ray.init(num_cpus=2, logging_level=logging.WARNING, log_to_driver=False)
+    yield ray
+    ray.shutdown()
+
+
+def test_ray_gives_the_in_process_output(tmp_path, docs, reference, local_ray) -> None:
+    out = tmp_path / "out"
+    result = embed(write_jsonl(tmp_path / "docs.jsonl", docs), out, chunk_size=CHUNK_SIZE, use_ray=True)
+    assert (result.num_embedded, result.num_parts_written) == (len(docs), len(docs) // CHUNK_SIZE)
+    assert result.ray_init_seconds is not None and result.ray_first_part_seconds > 0
+    assert_equals_reference(read_output(out), [doc["id"] for doc in docs], reference)
+
+
+def test_ray_resumes_an_in_process_run(tmp_path, docs, reference, default_llm, local_ray) -> None:
+    source, out = write_jsonl(tmp_path / "docs.jsonl", docs), tmp_path / "out"
+    embed(source, out, chunk_size=CHUNK_SIZE, llm=default_llm)
+    for name in ("part-000001.parquet", "part-000003.parquet"):  # as if those chunks never finished
+        (out / name).unlink()
+    result = embed(source, out, chunk_size=CHUNK_SIZE, use_ray=True)
+    assert (result.num_skipped, result.num_embedded) == (2 * CHUNK_SIZE, len(docs) - 2 * CHUNK_SIZE)
+    assert_equals_reference(read_output(out), [doc["id"] for doc in docs], reference)
+
+
+def test_ray_numbers_txt_lines_like_the_in_process_run(tmp_path, docs, reference, local_ray) -> None:
+    source = write_input(tmp_path, "txt", docs[:40])
+    embed(source, tmp_path / "out", chunk_size=16, use_ray=True)
+    assert_equals_reference(read_output(tmp_path / "out"), list(range(40)), reference[:40])
+
+
+def test_wde_embedder_in_a_user_pipeline(docs, reference, local_ray) -> None:
+    dataset = local_ray.data.from_items([{"body": doc["text"], "row": i} for i, doc in enumerate(docs[:48])])
+    dataset = dataset.map_batches(
+        WdeEmbedder,
+        fn_constructor_kwargs={"text_column": "body", "embedding_column": "vector"},
+        batch_size=16,
+        compute=local_ray.data.ActorPoolStrategy(size=1),
+        num_cpus=1,
+    )
+    rows = sorted(dataset.take_all(), key=lambda row: row["row"])
+    got = np.stack([row["vector"] for row in rows])  # [48, 384]
+    expected = np.stack([output.embedding for output in reference[:48]])
+    assert cosines(got, expected).min() >= MIN_COSINE
+    assert [row["num_tokens"] for row in rows] == [output.num_tokens for output in reference[:48]]

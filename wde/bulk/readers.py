@@ -1,0 +1,180 @@
+"""Reading a bulk input: jsonl, csv, parquet or txt records as (id, text) chunks, in input order.
+
+A record's id is its ``id_field`` when the input has that field, else its position in the input counted from
+0 (for txt, where every line is one text, the line number counted from 0). jsonl ids keep their JSON type
+(int or str), parquet ids their column type, csv ids are strings. pyarrow is imported only here and only
+when a csv or parquet input is read.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+FORMATS = ("jsonl", "csv", "parquet", "txt")
+SUFFIXES = {
+    ".jsonl": "jsonl",
+    ".ndjson": "jsonl",
+    ".json": "jsonl",
+    ".csv": "csv",
+    ".parquet": "parquet",
+    ".pq": "parquet",
+    ".txt": "txt",
+}
+MAX_CSV_FIELD_BYTES = 1 << 30  # the csv module's default cap (128 KiB) is below a long document
+
+
+@dataclass(frozen=True)
+class InputSpec:
+    """Where the texts are and which fields hold them: ``id_field`` absent from the records (or txt input)
+    means positional ids."""
+
+    path: Path
+    format: str
+    text_field: str = "text"
+    id_field: str | None = "id"
+
+    @classmethod
+    def create(
+        cls,
+        path: str | Path,
+        text_field: str = "text",
+        id_field: str | None = "id",
+        format: str | None = None,
+    ) -> InputSpec:
+        path = Path(path).expanduser().resolve()
+        if not path.is_file():
+            raise ValueError(f"input {path} is not a file")
+        if format is None:
+            format = SUFFIXES.get(path.suffix.lower())
+            if format is None:
+                raise ValueError(
+                    f"cannot tell the format of {path.name} from its suffix; pass --input-format "
+                    f"({', '.join(FORMATS)})"
+                )
+        if format not in FORMATS:
+            raise ValueError(f"input format {format!r} is not one of {', '.join(FORMATS)}")
+        spec = cls(path, format, text_field, id_field if format != "txt" else None)
+        return spec._with_present_id_field()
+
+    @property
+    def positional_ids(self) -> bool:
+        return self.id_field is None
+
+    def _with_present_id_field(self) -> InputSpec:
+        """Keep ``id_field`` only when the first record has it (else ids are positions); a first record
+        without the text field is refused here, before any model loads."""
+        if self.format == "txt":
+            return self
+        first = next(_records(self), None)
+        if first is None:
+            return self
+        if self.text_field not in first:
+            raise ValueError(
+                f"{self.path.name}: the first record has no {self.text_field!r} field (it has "
+                f"{', '.join(map(repr, first)) or 'none'}); pass --text-field"
+            )
+        if self.id_field is not None and self.id_field not in first:
+            return InputSpec(self.path, self.format, self.text_field, None)
+        return self
+
+
+@dataclass
+class Chunk:
+    """Up to ``chunk_size`` pending records, in input order."""
+
+    ids: list[Any]
+    texts: list[str]
+
+
+def count_records(spec: InputSpec) -> int:
+    """How many records the input holds (parquet: from its footer; others: one pass)."""
+    if spec.format == "parquet":
+        import pyarrow.parquet as pq
+
+        return pq.ParquetFile(spec.path).metadata.num_rows
+    return sum(1 for _ in _records(spec))
+
+
+def read_chunks(spec: InputSpec, chunk_size: int, skip_ids: set[Any] | frozenset[Any]) -> Iterator[Chunk]:
+    """The records whose id is not in ``skip_ids``, ``chunk_size`` at a time. Raises ValueError naming the
+    record for a missing or non-string text and for an id seen twice (resuming needs unique ids)."""
+    ids: list[Any] = []
+    texts: list[str] = []
+    seen: set[Any] = set()
+    for position, record in enumerate(_records(spec)):
+        record_id = position if spec.positional_ids else record.get(spec.id_field)
+        text = record if spec.format == "txt" else record.get(spec.text_field)
+        if not isinstance(text, str):
+            raise ValueError(
+                f"{spec.path.name}: record {position} (id {record_id!r}) has no string {spec.text_field!r} "
+                f"field (got {type(text).__name__})"
+            )
+        if not spec.positional_ids:
+            if record_id in seen:
+                raise ValueError(
+                    f"{spec.path.name}: id {record_id!r} appears twice (again at record {position}); ids "
+                    "must be unique to resume: pass --id-field naming a unique field, or one the records "
+                    "lack to number them by position"
+                )
+            seen.add(record_id)
+        if record_id in skip_ids:
+            continue
+        ids.append(record_id)
+        texts.append(text)
+        if len(ids) == chunk_size:
+            yield Chunk(ids, texts)
+            ids, texts = [], []
+    if ids:
+        yield Chunk(ids, texts)
+
+
+def _records(spec: InputSpec) -> Iterator[Any]:
+    """dicts (jsonl, csv, parquet) or str lines (txt), in input order."""
+    readers = {"jsonl": _jsonl, "csv": _csv, "parquet": _parquet, "txt": _txt}
+    return readers[spec.format](spec)
+
+
+def _jsonl(spec: InputSpec) -> Iterator[dict[str, Any]]:
+    with spec.path.open(encoding="utf-8") as f:
+        for line_number, line in enumerate(f, start=1):
+            if not line.strip():
+                continue
+            try:
+                record = json.loads(line)
+            except json.JSONDecodeError as e:
+                raise ValueError(f"{spec.path.name}:{line_number}: not a JSON object ({e})") from e
+            if not isinstance(record, dict):
+                raise ValueError(f"{spec.path.name}:{line_number}: expected a JSON object, got {line[:40]!r}")
+            yield record
+
+
+def _csv(spec: InputSpec) -> Iterator[dict[str, Any]]:
+    csv.field_size_limit(MAX_CSV_FIELD_BYTES)
+    with spec.path.open(encoding="utf-8", newline="") as f:
+        yield from csv.DictReader(f)
+
+
+def _parquet(spec: InputSpec) -> Iterator[dict[str, Any]]:
+    import pyarrow.parquet as pq
+
+    parquet = pq.ParquetFile(spec.path)
+    names = parquet.schema_arrow.names
+    if spec.text_field not in names:
+        raise ValueError(
+            f"{spec.path.name} has no {spec.text_field!r} column (it has {', '.join(map(repr, names))}); "
+            "pass --text-field"
+        )
+    columns = [name for name in (spec.text_field, spec.id_field) if name is not None and name in names]
+    for batch in parquet.iter_batches(batch_size=4096, columns=columns):
+        yield from batch.to_pylist()
+
+
+def _txt(spec: InputSpec) -> Iterator[str]:
+    with spec.path.open(encoding="utf-8") as f:  # universal newlines: "\r\n" ends a line too
+        for line in f:
+            yield line.removesuffix("\n")

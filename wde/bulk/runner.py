@@ -1,0 +1,196 @@
+"""``wde.bulk.embed``: embed every record of a file into a directory of parquet parts, resuming where an
+interrupted run stopped. ``wde embed`` is this function behind flags."""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from wde.bulk.fingerprint import EncodeOptions, fingerprint, fingerprint_settings
+from wde.bulk.output_dir import OutputDir
+from wde.bulk.progress import Progress
+from wde.bulk.readers import InputSpec, count_records, read_chunks
+from wde.config import ModelConfig
+from wde.engine.llm import LLM
+from wde.engine_args import EngineArgs
+
+logger = logging.getLogger(__name__)
+
+DEFAULT_CHUNK_SIZE = 1024
+
+
+@dataclass
+class BulkResult:
+    """What one call did: ``num_embedded`` texts this run, ``num_skipped`` found already written."""
+
+    output: Path
+    num_records: int
+    num_skipped: int
+    num_embedded: int
+    num_tokens: int
+    num_parts_written: int
+    seconds: float  # the embedding loop, model load included
+    ray_init_seconds: float | None = None  # ray.init (start or join a cluster)
+    ray_first_part_seconds: float | None = None  # from the pipeline's start to its first chunk back
+
+    def summary(self) -> str:
+        """One line for the end of ``wde embed``."""
+        line = (
+            f"{self.output}: {self.num_records:,} records; embedded {self.num_embedded:,} texts "
+            f"({self.num_tokens:,} tokens) into {self.num_parts_written} parts in {self.seconds:.1f} s, "
+            f"{self.texts_per_second:,.1f} texts/s, {self.tokens_per_second:,.0f} tokens/s"
+        )
+        if self.num_skipped:
+            line += f"; {self.num_skipped:,} were already written"
+        if self.ray_init_seconds is not None:
+            line += (
+                f"; ray start-up: ray.init {self.ray_init_seconds:.1f} s, first part after "
+                f"{self.ray_first_part_seconds:.1f} s"
+            )
+        return line
+
+    @property
+    def texts_per_second(self) -> float:
+        return self.num_embedded / max(self.seconds, 1e-9)
+
+    @property
+    def tokens_per_second(self) -> float:
+        return self.num_tokens / max(self.seconds, 1e-9)
+
+
+class PartSink:
+    """Where embedded chunks go: one part file each, a log line, the progress bar."""
+
+    def __init__(self, out: OutputDir, progress: Progress) -> None:
+        self.out = out
+        self.progress = progress
+        self.num_parts = 0
+
+    def begin(self, num_texts: int, first_id: Any) -> None:
+        self.out.journal.record("begin", num_texts=num_texts, first_id=_json_id(first_id))
+
+    def write(self, ids: Any, embeddings: np.ndarray, num_tokens: np.ndarray) -> None:
+        name = self.out.parts.write(ids, embeddings, num_tokens)
+        num_chunk_tokens = int(np.sum(num_tokens))
+        self.out.journal.record("part", part=name, num_texts=len(ids), num_tokens=num_chunk_tokens)
+        self.num_parts += 1
+        self.progress.update(len(ids), num_chunk_tokens)
+
+
+def embed(
+    input: str | Path,
+    output: str | Path,
+    *,
+    model: str | None = None,
+    text_field: str = "text",
+    id_field: str | None = "id",
+    input_format: str | None = None,
+    chunk_size: int = DEFAULT_CHUNK_SIZE,
+    dimensions: int | None = None,
+    normalize: bool | None = None,
+    prompt_name: str | None = None,
+    use_ray: bool = False,
+    num_actors: int | None = None,
+    cpus_per_actor: float = 1.0,
+    show_progress: bool = True,
+    llm: LLM | None = None,
+    **engine_args: Any,
+) -> BulkResult:
+    """Embed the ``text_field`` of every record of ``input`` (jsonl, csv, parquet or txt) into ``output``, a
+    directory of parquet parts (id, embedding, num_tokens) that ``pandas.read_parquet(output)`` reads whole.
+
+    A second call with the same input, model and settings skips the ids already written (a killed run
+    resumes and re-embeds at most the chunks it had in flight); other settings raise
+    ``FingerprintMismatchError``. ``use_ray`` runs the embedding on Ray Data (an actor pool of ``num_actors``
+    engines, ``cpus_per_actor`` each; the cluster of ``RAY_ADDRESS``, else a local one). Other keyword
+    arguments are ``EngineArgs`` fields (``dtype``, ``max_num_batched_tokens``, ...); or pass ``llm``, an
+    ``LLM`` already loaded, to embed with it in this process.
+    """
+    if isinstance(chunk_size, bool) or not isinstance(chunk_size, int) or chunk_size < 1:
+        raise ValueError(f"chunk_size must be a positive int, got {chunk_size!r}")
+    # 1. the input, the model's settings and the fingerprint, all checked before a model loads
+    spec = InputSpec.create(input, text_field, id_field, input_format)
+    if spec.positional_ids and spec.format != "txt":
+        logger.info("the records have no %r field: their ids are their positions (from 0)", id_field)
+    if llm is not None and (use_ray or model is not None or engine_args):
+        raise ValueError("pass either llm (a loaded LLM, in this process) or model and engine arguments")
+    args = EngineArgs(model=model, **engine_args)
+    model_config = llm.model_config if llm is not None else args.create_engine_config().model_config
+    _check_dense_embedder(model_config)
+    options = EncodeOptions(dimensions, normalize, prompt_name)
+    settings = fingerprint_settings(spec, model_config, options)
+    # 2. the output directory: the ids of its parts are done
+    out = OutputDir.open(output, fingerprint(settings), settings)
+    try:
+        done = out.parts.finished_ids()
+        num_records = count_records(spec)
+        if out.num_stale_files:
+            logger.info("removed %d unfinished part file(s) of an interrupted run", out.num_stale_files)
+        if done:
+            logger.info(
+                "resuming: %d of %d records are in %d parts", len(done), num_records, len(out.parts.names)
+            )
+        out.journal.record("run", num_records=num_records, num_done=len(done), ray=use_ray)
+        progress = Progress(num_records - len(done), show_progress)
+        sink = PartSink(out, progress)
+        # 3. embed what is left
+        timings: dict[str, float] = {}
+        try:
+            if len(done) < num_records and use_ray:
+                from wde.bulk.ray_runner import embed_on_ray
+
+                timings = embed_on_ray(
+                    spec, args, options, chunk_size, done, sink, num_actors, cpus_per_actor
+                )
+            elif len(done) < num_records:
+                _embed_in_process(
+                    spec, llm or LLM(**dataclasses.asdict(args)), options, chunk_size, done, sink
+                )
+        finally:
+            progress.close()
+        # 4. every record written: say so in the manifest
+        out.mark_complete(num_records, out.parts.embedding_dim())
+        out.journal.record("finished", num_parts=len(out.parts.names), seconds=round(progress.seconds, 3))
+        return BulkResult(
+            output=out.folder,
+            num_records=num_records,
+            num_skipped=len(done),
+            num_embedded=progress.num_done,
+            num_tokens=progress.num_tokens,
+            num_parts_written=sink.num_parts,
+            seconds=progress.seconds,
+            ray_init_seconds=timings.get("ray_init_seconds"),
+            ray_first_part_seconds=timings.get("ray_first_part_seconds"),
+        )
+    finally:
+        out.close()
+
+
+def _embed_in_process(
+    spec: InputSpec, llm: LLM, options: EncodeOptions, chunk_size: int, done: set[Any], sink: PartSink
+) -> None:
+    for chunk in read_chunks(spec, chunk_size, done):
+        sink.begin(len(chunk.ids), chunk.ids[0])
+        outputs = llm.encode(chunk.texts, output="dense", **options.as_kwargs())
+        embeddings = np.stack([output.embedding for output in outputs])  # [num_texts, dim]
+        num_tokens = np.array([output.num_tokens for output in outputs], dtype=np.int32)  # [num_texts]
+        sink.write(chunk.ids, embeddings, num_tokens)
+
+
+def _check_dense_embedder(model_config: ModelConfig) -> None:
+    if model_config.task != "embed" or "dense" not in model_config.outputs:
+        served = "scores" if model_config.task != "embed" else f"{', '.join(model_config.outputs)} vectors"
+        raise ValueError(
+            f"wde embed writes dense embeddings, and {model_config.served_model_name} "
+            f"({model_config.architecture}, task {model_config.task!r}) serves {served}; pass an embedding "
+            "model (--model DIR)"
+        )
+
+
+def _json_id(value: Any) -> Any:
+    return value.item() if isinstance(value, np.generic) else value
