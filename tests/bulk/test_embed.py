@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 
 import numpy as np
+import pandas as pd
 import pyarrow.parquet as pq
 import pytest
 
@@ -114,5 +115,5 @@ def test_parquet_parts_hold_float32_vectors(tmp_path, docs, default_llm) -> None
     schema = pq.read_schema(tmp_path / "out" / "part-000000.parquet")
     assert str(schema.field("embedding").type) == "fixed_size_list<element: float>[384]"
     assert str(schema.field("num_tokens").type) == "int32"
-    frame = __import__("pandas").read_parquet(tmp_path / "out")
+    frame = pd.read_parquet(tmp_path / "out")
     assert frame.shape == (5, 3) and np.asarray(frame.embedding[0]).shape == (384,)
