@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -35,16 +36,20 @@ class BulkResult:
     num_tokens: int
     num_parts_written: int
     seconds: float  # the embedding loop, model load included
+    load_seconds: float | None = None  # in process: loading the model (none when an llm was passed)
     ray_init_seconds: float | None = None  # ray.init (start or join a cluster)
     ray_first_part_seconds: float | None = None  # from the pipeline's start to its first chunk back
 
     def summary(self) -> str:
         """One line for the end of ``wde embed``."""
+        parts = f"{self.num_parts_written} part{'s' * (self.num_parts_written != 1)}"
         line = (
             f"{self.output}: {self.num_records:,} records; embedded {self.num_embedded:,} texts "
-            f"({self.num_tokens:,} tokens) into {self.num_parts_written} parts in {self.seconds:.1f} s, "
+            f"({self.num_tokens:,} tokens) into {parts} in {self.seconds:.1f} s, "
             f"{self.texts_per_second:,.1f} texts/s, {self.tokens_per_second:,.0f} tokens/s"
         )
+        if self.load_seconds is not None:
+            line += f" (model load {self.load_seconds:.1f} s)"
         if self.num_skipped:
             line += f"; {self.num_skipped:,} were already written"
         if self.ray_init_seconds is not None:
@@ -148,9 +153,10 @@ def embed(
                     spec, args, options, chunk_size, done, sink, num_actors, cpus_per_actor
                 )
             elif len(done) < num_records:
-                _embed_in_process(
-                    spec, llm or LLM(**dataclasses.asdict(args)), options, chunk_size, done, sink
-                )
+                load_start = time.perf_counter()
+                engine = llm or LLM(**dataclasses.asdict(args))
+                timings["load_seconds"] = time.perf_counter() - load_start
+                _embed_in_process(spec, engine, options, chunk_size, done, sink)
         finally:
             progress.close()
         # 4. every record written: say so in the manifest
@@ -164,6 +170,7 @@ def embed(
             num_tokens=progress.num_tokens,
             num_parts_written=sink.num_parts,
             seconds=progress.seconds,
+            load_seconds=timings.get("load_seconds") if llm is None else None,
             ray_init_seconds=timings.get("ray_init_seconds"),
             ray_first_part_seconds=timings.get("ray_first_part_seconds"),
         )
