@@ -153,10 +153,7 @@ def embed(
                     spec, args, options, chunk_size, done, sink, num_actors, cpus_per_actor
                 )
             elif len(done) < num_records:
-                load_start = time.perf_counter()
-                engine = llm or LLM(**dataclasses.asdict(args))
-                timings["load_seconds"] = time.perf_counter() - load_start
-                _embed_in_process(spec, engine, options, chunk_size, done, sink)
+                timings = _embed_in_process(spec, llm or args, options, chunk_size, done, sink)
         finally:
             progress.close()
         # 4. every record written: say so in the manifest
@@ -170,7 +167,7 @@ def embed(
             num_tokens=progress.num_tokens,
             num_parts_written=sink.num_parts,
             seconds=progress.seconds,
-            load_seconds=timings.get("load_seconds") if llm is None else None,
+            load_seconds=timings.get("load_seconds"),
             ray_init_seconds=timings.get("ray_init_seconds"),
             ray_first_part_seconds=timings.get("ray_first_part_seconds"),
         )
@@ -179,14 +176,27 @@ def embed(
 
 
 def _embed_in_process(
-    spec: InputSpec, llm: LLM, options: EncodeOptions, chunk_size: int, done: set[Any], sink: PartSink
-) -> None:
+    spec: InputSpec,
+    engine: LLM | EngineArgs,
+    options: EncodeOptions,
+    chunk_size: int,
+    done: set[Any],
+    sink: PartSink,
+) -> dict[str, float]:
+    """One chunk at a time through one engine (``engine``: loaded, or the arguments to load it with);
+    returns ``load_seconds`` when it loaded the model."""
+    timings: dict[str, float] = {}
+    if isinstance(engine, EngineArgs):
+        start = time.perf_counter()
+        engine = LLM(**dataclasses.asdict(engine))
+        timings["load_seconds"] = time.perf_counter() - start
     for chunk in read_chunks(spec, chunk_size, done):
         sink.begin(len(chunk.ids), chunk.ids[0])
-        outputs = llm.encode(chunk.texts, output="dense", **options.as_kwargs())
+        outputs = engine.encode(chunk.texts, output="dense", **options.as_kwargs())
         embeddings = np.stack([output.embedding for output in outputs])  # [num_texts, dim]
         num_tokens = np.array([output.num_tokens for output in outputs], dtype=np.int32)  # [num_texts]
         sink.write(chunk.ids, embeddings, num_tokens)
+    return timings
 
 
 def _check_dense_embedder(model_config: ModelConfig) -> None:
