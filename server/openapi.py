@@ -19,7 +19,7 @@ from server.app_state import AppState
 from server.errors import is_openai_path
 from server.protocol import OpenAIErrorResponse, TEIErrorResponse
 from server.routes.compat import root_bodies
-from wde.config import ModelConfig
+from wde.config import PRECISIONS, ModelConfig
 from wde.output_kinds import OUTPUT_KINDS, routes_of
 
 REF = "#/components/schemas/{model}"
@@ -123,12 +123,42 @@ def _constrain_to_model(schema: dict[str, Any], model_config: ModelConfig, state
     cohere = components.get("CohereRerankRequest")
     if cohere is not None:
         _document_structured_documents(cohere)
-    # 5. an instruction only for an LLM reranker (a model with a pair template)
+    # 5. the output kinds and options an embedding model has (precision int8 / uint8 with calibration only)
+    calibration = getattr(state.engine, "calibration", None)
+    _constrain_output_options(components, model_config, calibrated=bool(calibration and calibration.texts))
+    # 6. an instruction only for an LLM reranker (a model with a pair template)
     if model_config.task != "score" or model_config.pair_template is None:
         for name in ("RerankRequest", "CohereRerankRequest"):
             properties = components.get(name, {}).get("properties", {})
             if "instruction" in properties:
                 properties["instruction"] = {"type": "null", "description": "this model takes no instruction"}
+
+
+def _constrain_output_options(
+    components: dict[str, Any], model_config: ModelConfig, calibrated: bool
+) -> None:
+    """/v1/embeddings' ``output`` names the model's kinds (distinct); options of a kind the model lacks
+    take null only; int8 / uint8 precision only with a calibration set; chunking only for dense output."""
+    kinds = list(model_config.outputs) if model_config.task == "embed" else ["dense"]
+    precisions = [p for p in PRECISIONS if calibrated or p not in ("int8", "uint8")]
+    if "dense" not in kinds:
+        precisions = ["float32"]
+    null = {"type": "null"}
+    for name in ("EmbedRequest", "EmbeddingRequest"):
+        properties = components.get(name, {}).get("properties", {})
+        if "precision" in properties:
+            properties["precision"] = {"type": "string", "enum": precisions, "default": "float32"}
+        if "long_input" in properties and "dense" not in kinds:
+            properties["long_input"] = {"anyOf": [{"type": "string", "enum": ["truncate", "error"]}, null]}
+    properties = components.get("EmbeddingRequest", {}).get("properties", {})
+    if "output" in properties:
+        kind = {"type": "string", "enum": kinds}
+        many = {"type": "array", "items": kind, "minItems": 1, "uniqueItems": True}
+        properties["output"] = {"anyOf": [kind, many], "default": "dense"}
+    if "dimensions" in properties and "dense" not in kinds:
+        properties["dimensions"] = null
+    if "max_active_dims" in properties and "sparse" not in kinds:
+        properties["max_active_dims"] = null
 
 
 def _missing_output_paths(model_config: ModelConfig) -> set[str]:

@@ -11,6 +11,15 @@ class InputTooLongError(ValueError):
     """An input is longer than max_model_len and its request asked not to truncate."""
 
 
+class TaskNotSupportedError(ValueError):
+    """The loaded model does not serve the operation asked for (e.g. embeddings from a cross-encoder)."""
+
+
+class OutputNotSupportedError(TaskNotSupportedError):
+    """The embedding model does not produce the output asked for (sparse from a dense-only model, int8
+    without calibration, chunked long inputs of a kind that cannot be averaged)."""
+
+
 class RequestFailedError(RuntimeError):
     """An accepted request could not run for a reason other than its input (e.g. the forward pass failed)."""
 

@@ -17,6 +17,7 @@ from pathlib import Path
 import numpy as np
 
 from wde.config import PRECISIONS
+from wde.engine.errors import OutputNotSupportedError
 from wde.inputs import PoolingParams
 
 CALIBRATED = ("int8", "uint8")
@@ -82,7 +83,7 @@ class Calibration:
     def check(self, precision: str | None) -> None:
         """Raise before anything runs when the precision needs calibration this engine has not got."""
         if precision in CALIBRATED and not self.texts:
-            raise ValueError(
+            raise OutputNotSupportedError(
                 f"{precision} output needs calibration ranges, and this engine has no calibration texts: "
                 "start it with --calibration-file FILE (a .jsonl or .txt of ~1,000 texts like the ones you "
                 "embed), or ask for precision binary / ubinary / float32"

@@ -19,7 +19,12 @@ from typing import Any
 import numpy as np
 
 from wde.config import ModelConfig
-from wde.engine.errors import raise_for_errors
+from wde.engine.errors import (
+    InputTooLongError,
+    OutputNotSupportedError,
+    TaskNotSupportedError,
+    raise_for_errors,
+)
 from wde.engine.long_inputs import Chunker, aggregate_embeddings, aggregate_scores, long_input_mode
 from wde.engine.output_precision import CALIBRATED, Calibration, quantize
 from wde.engine.scoring import (
@@ -43,14 +48,6 @@ from wde.outputs import (
     SparseEmbeddingOutput,
 )
 from wde.workflow import EMBED, SCORE, Workflow
-
-
-class TaskNotSupportedError(ValueError):
-    """The loaded model does not serve the operation asked for (e.g. embeddings from a cross-encoder)."""
-
-
-class OutputNotSupportedError(TaskNotSupportedError):
-    """The embedding model does not produce the output kind asked for (sparse from a dense-only model)."""
 
 
 @dataclass(frozen=True)
@@ -221,11 +218,14 @@ def _check_chunkable(
     if chunker is None:
         raise ValueError("long_input='chunk' needs the engine's tokenizer (LLM / AsyncLLMEngine pass it)")
     if params.output_kinds(model_config) != ("dense",):
-        raise ValueError("long_input='chunk' applies to dense output; cut or refuse other kinds' long inputs")
+        raise OutputNotSupportedError(
+            "long_input='chunk' applies to dense output; cut (truncate) or refuse (error) the long inputs of "
+            "other kinds"
+        )
     for index, item in enumerate(prompts):
         ids = item.get("prompt_token_ids") if isinstance(item, dict) else None
         if isinstance(ids, list) and len(ids) > model_config.max_model_len:
-            raise ValueError(
+            raise InputTooLongError(
                 f"input {index}: {len(ids)} token ids, more than max_model_len "
                 f"({model_config.max_model_len}); long_input='chunk' cuts texts into windows, not token ids: "
                 "send the text"
@@ -261,7 +261,10 @@ def score(
         return outputs
     params.verify(model_config)
     if mode == "chunk" and model_config.outputs[0] != "dense":
-        raise ValueError("long_input='chunk' scores with dense embeddings or a cross-encoder, not this model")
+        raise OutputNotSupportedError(
+            f"long_input='chunk' scores with dense embeddings or a cross-encoder; this model "
+            f"({model_config.architecture}) scores {model_config.outputs[0]} output: pass truncate or error"
+        )
     params = dataclasses.replace(params, truncate=None if mode == "chunk" else mode == "truncate")
     request_ids = [str(index) for index in range(len(pairs))]
     if model_config.outputs[0] == "multi_vector" and model_config.multi_vector is not None:  # MaxSim
