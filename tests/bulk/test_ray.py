@@ -12,6 +12,7 @@ from tests.bulk.conftest import (
     MIN_COSINE,
     assert_equals_reference,
     cosines,
+    embeddings_by_id,
     read_output,
     write_input,
     write_jsonl,
@@ -42,6 +43,7 @@ def test_ray_gives_the_in_process_output(tmp_path, docs, reference, local_ray) -
 
 
 def test_ray_resumes_an_in_process_run(tmp_path, docs, reference, default_llm, local_ray) -> None:
+    docs = [{"id": f"{i:04d}", "text": doc["text"]} for i, doc in enumerate(docs)]  # ids "0000": strings
     source, out = write_jsonl(tmp_path / "docs.jsonl", docs), tmp_path / "out"
     embed(source, out, chunk_size=CHUNK_SIZE, llm=default_llm)
     for name in ("part-000001.parquet", "part-000003.parquet"):  # as if those chunks never finished
@@ -71,3 +73,18 @@ def test_wde_embedder_in_a_user_pipeline(docs, reference, local_ray) -> None:
     expected = np.stack([output.embedding for output in reference[:48]])
     assert cosines(got, expected).min() >= MIN_COSINE
     assert [row["num_tokens"] for row in rows] == [output.num_tokens for output in reference[:48]]
+
+
+def test_ray_reads_csv_and_parquet_as_the_in_process_run(tmp_path, docs, default_llm, local_ray) -> None:
+    records = [{"id": f"{i:03d}", "text": doc["text"]} for i, doc in enumerate(docs[:24])]
+    records[3]["text"] = "a quoted text\nover two lines, with a comma"
+    for format in ("csv", "parquet"):
+        source = write_input(tmp_path, format, records)
+        embed(source, tmp_path / f"{format}-local", chunk_size=8, llm=default_llm)
+        embed(source, tmp_path / f"{format}-ray", chunk_size=8, use_ray=True)
+        local, on_ray = read_output(tmp_path / f"{format}-local"), read_output(tmp_path / f"{format}-ray")
+        assert on_ray.schema == local.schema and on_ray.num_rows == len(records)
+        expected = embeddings_by_id(local)
+        for id_, (vector, num_tokens) in embeddings_by_id(on_ray).items():
+            assert cosines(vector[None], expected[id_][0][None])[0] >= MIN_COSINE
+            assert num_tokens == expected[id_][1]

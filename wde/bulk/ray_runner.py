@@ -11,6 +11,7 @@ to have the cluster read them in parallel.
 from __future__ import annotations
 
 import dataclasses
+import gc
 import logging
 import time
 from typing import Any
@@ -27,6 +28,13 @@ logger = logging.getLogger(__name__)
 # Reading and filtering reserve no CPU: the actor pool takes every CPU for its engines, and a read task
 # that waits for a free CPU would wait for ever (the actors never give theirs back).
 READ_CPUS = 0
+CONTEXT_SETTINGS = {
+    "enable_progress_bars": False,  # ours is on stderr
+    "print_on_execution_start": False,
+    # the v2 parquet reader lists files in a task that takes a CPU whatever num_cpus says: it would wait
+    # for ever behind the actors; the v1 reader runs with none
+    "use_datasource_v2": False,
+}
 
 
 def embed_on_ray(
@@ -60,11 +68,13 @@ def embed_on_ray(
         num_actors,
         cpus_per_actor,
     )
+    # 2. the pipeline: read, drop what is done, embed in the actor pool. The settings it needs are put back
+    #    after, so that a caller's own Ray session keeps its own.
+    context = ray.data.DataContext.get_current()
+    saved_settings = {name: getattr(context, name) for name in CONTEXT_SETTINGS}
+    for name, value in CONTEXT_SETTINGS.items():
+        setattr(context, name, value)
     try:
-        # 2. the pipeline: read, drop what is done, embed in the actor pool
-        context = ray.data.DataContext.get_current()
-        context.enable_progress_bars = False  # ours is on stderr
-        context.print_on_execution_start = False
         dataset = _read(spec, chunk_size, done)
         dataset = dataset.map_batches(
             WdeEmbedder,
@@ -85,6 +95,12 @@ def embed_on_ray(
             if first_part_seconds is None:
                 first_part_seconds = time.perf_counter() - pipeline_start
     finally:
+        # the actor pool ends when the last handle to its actors goes, some of which sit in reference
+        # cycles: collect them now, or the next job's actors wait for these CPUs
+        dataset = None
+        gc.collect()
+        for name, value in saved_settings.items():
+            setattr(context, name, value)
         if started_here:
             ray.shutdown()
     return {"ray_init_seconds": init_seconds, "ray_first_part_seconds": first_part_seconds or 0.0}
@@ -102,13 +118,19 @@ def _read(spec: InputSpec, chunk_size: int, done: set[Any]) -> Any:
         return ray.data.from_arrow(tables)
     path = str(spec.path)
     if spec.format == "jsonl":
-        dataset = ray.data.read_json(path, lines=True, file_extensions=None, num_cpus=READ_CPUS)
+        # lines=False is pyarrow's reader, which reads JSON lines and keeps "001" a string (lines=True is
+        # pandas', which makes it the int 1)
+        dataset = ray.data.read_json(path, lines=False, file_extensions=None, num_cpus=READ_CPUS)
     elif spec.format == "csv":
         import pyarrow.csv as pa_csv
 
         column_types = {spec.text_field: pa.string(), spec.id_field: pa.string()}  # as the in-process reader
-        convert_options = pa_csv.ConvertOptions(column_types=column_types)
-        dataset = ray.data.read_csv(path, convert_options=convert_options, num_cpus=READ_CPUS)
+        dataset = ray.data.read_csv(
+            path,
+            convert_options=pa_csv.ConvertOptions(column_types=column_types),
+            parse_options=pa_csv.ParseOptions(newlines_in_values=True),  # quoted multi-line texts
+            num_cpus=READ_CPUS,
+        )
     else:
         dataset = ray.data.read_parquet(path, columns=[spec.id_field, spec.text_field], num_cpus=READ_CPUS)
     # no repartition, select_columns or filter: each would be a task that waits for a CPU the actors hold
