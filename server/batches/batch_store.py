@@ -16,7 +16,7 @@ from typing import Any
 
 import orjson
 
-from server.batches.atomic_file import write_file_atomically
+from wde.bulk.atomic_file import write_atomically
 
 BATCH_ID = re.compile(r"^batch_[A-Za-z0-9_-]{1,64}$")
 COMPLETION_WINDOW_SECONDS = 24 * 3600
@@ -121,4 +121,4 @@ class BatchStore:
 
     def _write(self, batch_id: str, data: bytes) -> None:
         self.folder.mkdir(parents=True, exist_ok=True)
-        write_file_atomically(self.folder / f"{batch_id}.json", [data])
+        write_atomically(self.folder / f"{batch_id}.json", lambda f: f.write(data))

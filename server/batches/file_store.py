@@ -8,11 +8,11 @@ import time
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 import orjson
 
-from server.batches.atomic_file import write_file_atomically
+from wde.bulk.atomic_file import write_atomically
 
 FILE_ID = re.compile(r"^file-[A-Za-z0-9_-]{1,64}$")
 
@@ -38,7 +38,14 @@ class FileStore:
         self.folder.mkdir(parents=True, exist_ok=True)
         file_id = file_id or self.new_id()
         chunks = [content] if isinstance(content, bytes) else content
-        num_bytes = write_file_atomically(self._content_path(file_id), chunks)
+        num_bytes = 0
+
+        def write(f: BinaryIO) -> None:
+            nonlocal num_bytes
+            for chunk in chunks:
+                num_bytes += f.write(chunk)
+
+        write_atomically(self._content_path(file_id), write)
         file_object = {
             "id": file_id,
             "object": "file",
@@ -50,7 +57,7 @@ class FileStore:
             "expires_at": None,
             "status_details": None,
         }
-        write_file_atomically(self._object_path(file_id), [orjson.dumps(file_object)])
+        write_atomically(self._object_path(file_id), lambda f: f.write(orjson.dumps(file_object)))
         return file_object
 
     def get(self, file_id: str) -> dict[str, Any]:
