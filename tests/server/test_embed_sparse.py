@@ -157,11 +157,12 @@ async def test_errors_as_embed(splade_engine: AsyncLLMEngine, body: dict, status
 
 
 @pytest.mark.slow  # hypothesis over every route of the SPLADE server: ~30 s
-def test_splade_server_agrees_with_its_schema(splade_engine: AsyncLLMEngine) -> None:
+def test_splade_server_agrees_with_its_schema(splade_engine: AsyncLLMEngine, tmp_path: Path) -> None:
     from server.settings import ServerSettings
     from tests.server.conftest import live_uvicorn
     from tests.server.test_openapi_schemathesis import run_schemathesis
 
-    with live_uvicorn(splade_engine, ServerSettings(max_client_batch_size=64)) as server:
+    settings = ServerSettings(max_client_batch_size=64, batch_dir=str(tmp_path / "batches"))
+    with live_uvicorn(splade_engine, settings) as server:
         failures = run_schemathesis(server.url)
     assert not failures, "\n\n".join(failures)

@@ -23,8 +23,11 @@ MAX_MESSAGE_CHARS = 3000
 
 
 @pytest.fixture(scope="module")
-def embedding_server(async_engine: AsyncLLMEngine) -> Iterator[LiveServer]:
-    with live_uvicorn(async_engine, ServerSettings(max_client_batch_size=64)) as server:
+def embedding_server(
+    async_engine: AsyncLLMEngine, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[LiveServer]:
+    settings = ServerSettings(max_client_batch_size=64, batch_dir=str(tmp_path_factory.mktemp("batches")))
+    with live_uvicorn(async_engine, settings) as server:
         yield server
 
 
@@ -40,7 +43,8 @@ def cross_encoder_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[L
     engine.start()
     engine.wait_until_ready(timeout=120)
     try:
-        with live_uvicorn(engine, ServerSettings(max_client_batch_size=64)) as server:
+        settings = ServerSettings(max_client_batch_size=64, batch_dir=str(tmp_path_factory.mktemp("batches")))
+        with live_uvicorn(engine, settings) as server:
             yield server
     finally:
         engine.shutdown(timeout=60)
