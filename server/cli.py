@@ -70,7 +70,9 @@ ENGINE_HELP = {
     "long_input": "an input over max_model_len unless a request says otherwise: truncate, error, or chunk "
     "(windows of max_model_len, aggregated; default: truncate, or error with --no-truncate)",
     "long_input_overlap": "tokens each chunk window shares with the previous one",
-    "calibration_file": "a .jsonl (its \"text\" fields) or .txt of ~1,000 texts like the ones you embed: "
+    "cache_size": "MiB of finished outputs kept for identical inputs (LRU; in-request duplicates run once); "
+    "0: off",
+    "calibration_file": 'a .jsonl (its "text" fields) or .txt of ~1,000 texts like the ones you embed: '
     "the ranges of int8 / uint8 outputs (precision), as sentence-transformers' quantize_embeddings",
 }
 ENGINE_CHOICES: dict[str, Sequence[str]] = {
@@ -86,6 +88,8 @@ ENGINE_CHOICES: dict[str, Sequence[str]] = {
     "long_input": LONG_INPUT_MODES,
 }
 SERVER_HELP = {
+    "otel": "OpenTelemetry traces (a span per request; exporter from OTEL_*); unset: on when OTEL_* "
+    "configures a trace exporter",
     "api_key": "require 'Authorization: Bearer <key>' (all routes but /health, /metrics); prefer WDE_API_KEY",
     "api_key_file": "read the API key from this file (whitespace stripped); unlike --api-key, not seen in ps",
     "payload_limit": "largest request body in bytes (413 above)",
