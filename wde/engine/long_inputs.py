@@ -137,11 +137,12 @@ def aggregate_embeddings(
     truncation and normalization (the module docstring's formula)."""
     sums: list[np.ndarray | None] = [None] * num_texts
     counts = [0] * num_texts
+    first: dict[int, EmbeddingOutput] = {}  # each text's first window: its request id and metrics
     for output, owner in zip(outputs, owners, strict=True):
         weighted = output.embedding.astype(np.float64) * output.num_tokens
         sums[owner] = weighted if sums[owner] is None else sums[owner] + weighted
         counts[owner] += output.num_tokens
-    first = {owner: outputs[index] for index, owner in reversed(list(enumerate(owners)))}
+        first.setdefault(owner, output)
     results = []
     for owner in range(num_texts):
         vector = (sums[owner] / counts[owner])[:dimensions]  # type: ignore[operator]

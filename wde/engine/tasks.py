@@ -186,7 +186,7 @@ def embed(
     assert chunker is not None  # _check_chunkable
     prompt_name = params.prompt_name or model_config.default_prompt_name
     prompt = model_config.prompts[prompt_name] if prompt_name else ""
-    texts = {index: _text_of(item) for index, item in enumerate(prompts) if _text_of(item) is not None}
+    texts = {index: text for index, item in enumerate(prompts) if (text := _text_of(item)) is not None}
     text_windows, text_owners = yield Offload(chunker.text_windows, (list(texts.values()), prompt))
     # every input's windows in input order: a text's from the chunker, token ids as they are
     windows_of: dict[int, list[Any]] = {index: [] for index in range(len(prompts))}
@@ -304,8 +304,11 @@ def _pair_windows(
 ) -> tuple[list[TextPair], list[int]]:
     windows: list[TextPair] = []
     owners: list[int] = []
+    overheads: dict[str, int] = {}  # a rerank pairs one query with every document: tokenized once
     for owner, (query, document) in enumerate(pairs):
-        overhead = _pair_overhead(chunker, model_config, query, instruction)
+        if query not in overheads:
+            overheads[query] = _pair_overhead(chunker, model_config, query, instruction)
+        overhead = overheads[query]
         for window in chunker.document_windows(query, document, overhead):
             windows.append((query, window))
             owners.append(owner)
