@@ -67,6 +67,9 @@ class FakeEngine:
     def has_pending_captures(self) -> bool:
         return False
 
+    def hold_seconds(self) -> float | None:
+        return None  # one priority: nothing is ever held off
+
     def on_idle(self) -> float | None:
         self.num_idle_calls += 1
         return self.idle_wait_seconds

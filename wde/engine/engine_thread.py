@@ -249,14 +249,16 @@ class EngineThread:
             if not engine.has_unfinished_requests() and engine.has_pending_captures():
                 engine.capture_while_idle(self._commands.empty)
             #    Idle, the engine gives back memory large batches left behind; a trim deferred by its rate
-            #    limit bounds the wait, so that it still runs if no command comes.
+            #    limit bounds the wait, so that it still runs if no command comes. Batch work held off for a
+            #    likely interactive request (the scheduler's hold-off) waits for one as long as the hold.
             idle = not engine.has_unfinished_requests()
-            wait_seconds = engine.on_idle() if idle else None
-            for command in self._take_commands(block=idle, timeout=wait_seconds):
+            wait_seconds = engine.on_idle() if idle else engine.hold_seconds()
+            block = idle or wait_seconds is not None
+            for command in self._take_commands(block=block, timeout=wait_seconds):
                 stopping = self._apply(engine, command) or stopping
             self._publish_counts(engine)
-            # 2. one step when there is work
-            if engine.has_unfinished_requests():
+            # 2. one step when there is work to run now
+            if engine.has_unfinished_requests() and engine.hold_seconds() is None:
                 outputs = engine.step()
                 # published before answering: a caller never sees counts older than its answer
                 self._publish_counts(engine)

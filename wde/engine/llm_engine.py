@@ -134,6 +134,14 @@ class LLMEngine:
     def has_pending_captures(self) -> bool:
         return self.runner.has_pending_captures()
 
+    def hold_seconds(self) -> float | None:
+        """None when a step would do work now; else how long the waiting lower-priority work is held off
+        for a likely interactive request (the loop waits that long for new requests, then steps)."""
+        if self.executor.has_in_flight():
+            return None  # a step collects its results
+        seconds = self.scheduler.hold_seconds()
+        return seconds if seconds > 0 else None
+
     def on_idle(self) -> float | None:
         """Call when nothing is left to run: gives the OS back the heap pages large batches left behind
         (glibc ``malloc_trim``, rate-limited by ``MemoryTrimmer``; never per step). Returns None, or the
@@ -153,6 +161,7 @@ class LLMEngine:
         results = self.executor.execute_model(scheduler_output.scheduled_requests)
         # 3. process outputs: one per finished request
         outputs = self.output_processor.process(results, scheduler_output.failed_requests)
+        self.scheduler.finish(request for result in results for request in result.requests)
         for output in outputs:
             self.requests.pop(output.request_id, None)
         self.last_step_stats = self._step_stats(scheduler_output, results)

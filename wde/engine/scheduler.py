@@ -6,7 +6,7 @@ from __future__ import annotations
 import math
 import time
 from collections import deque
-from collections.abc import Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from itertools import islice
 
@@ -16,12 +16,19 @@ from wde.engine.token_budget import TokenBudget
 from wde.request import PRIORITY_INTERACTIVE, Request, RequestStatus
 
 # A forward pass cannot be interrupted, so an interactive request that arrives while batch work runs waits
-# for it. So a step runs requests of one priority only (an interactive step is as short as when idle), and
-# while interactive requests keep arriving (one within INTERACTIVE_WINDOW_SECONDS) a lower-priority step
-# carries at most max_num_batched_tokens // LOW_PRIORITY_STEP_DIVISOR tokens (at least one request): short
-# batch steps, short waits. Without interactive traffic batch work fills the budget.
+# for it. So:
+# 1. a step runs requests of one priority only (an interactive step is as short as when idle);
+# 2. while interactive requests keep arriving (one within INTERACTIVE_WINDOW_SECONDS) a lower-priority step
+#    carries at most max_num_batched_tokens // LOW_PRIORITY_STEP_DIVISOR tokens (at least one request);
+# 3. hold-off: lower-priority work does not start while an interactive step runs nor for
+#    INTERACTIVE_HOLD_SECONDS after one finished (a client that got its answer sends its next request
+#    within a few ms; without the hold that request finds a batch step just started), but a lower-priority
+#    queue held for MAX_LOW_PRIORITY_HOLD_SECONDS runs one step anyway, so a busy client never starves it.
+# Without interactive traffic batch work fills the budget.
 INTERACTIVE_WINDOW_SECONDS = 1.0
 LOW_PRIORITY_STEP_DIVISOR = 32
+INTERACTIVE_HOLD_SECONDS = 0.005
+MAX_LOW_PRIORITY_HOLD_SECONDS = 0.1
 
 
 @dataclass
@@ -36,7 +43,11 @@ class SchedulerOutput:
 
 class Scheduler:
     def __init__(
-        self, scheduler_config: SchedulerConfig, request_processor: RequestProcessor, is_padded: bool
+        self,
+        scheduler_config: SchedulerConfig,
+        request_processor: RequestProcessor,
+        is_padded: bool,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.config = scheduler_config
         self.request_processor = request_processor
@@ -46,7 +57,13 @@ class Scheduler:
         self.max_num_low_priority_tokens = max(
             1, scheduler_config.max_num_batched_tokens // LOW_PRIORITY_STEP_DIVISOR
         )
-        self.last_interactive_time = -math.inf  # monotonic time of the last interactive arrival
+        self.clock = clock
+        self.last_interactive_time = -math.inf  # clock time of the last interactive arrival
+        # the hold-off (3. above): interactive requests scheduled and not yet finished, the last finish, and
+        # since when lower-priority work has been held (None: it is not)
+        self.num_interactive_running = 0
+        self.last_interactive_finish = -math.inf
+        self.low_priority_held_since: float | None = None
 
     @property
     def num_waiting(self) -> int:
@@ -58,7 +75,7 @@ class Scheduler:
     def add_request(self, request: Request) -> None:
         self.queues.setdefault(request.priority, deque()).append(request)
         if request.priority == PRIORITY_INTERACTIVE:
-            self.last_interactive_time = time.monotonic()
+            self.last_interactive_time = self.clock()
 
     def abort_request(self, request: Request) -> bool:
         """Drop a queued request; False when it already left the queue."""
@@ -82,12 +99,50 @@ class Scheduler:
         for priority in sorted(self.queues):
             if output.scheduled_requests:
                 break  # one priority a step
+            is_interactive = priority == PRIORITY_INTERACTIVE
+            if not is_interactive and self._low_priority_hold() > 0:
+                break  # the next interactive request is likely a few ms away
             queue = self.queues[priority]
-            limit = None if priority == PRIORITY_INTERACTIVE else low_priority
-            if not self._admit(queue, budget, limit, output):
+            if not self._admit(queue, budget, None if is_interactive else low_priority, output):
                 break  # never skip ahead of the head of a queue, nor of a higher priority
+        self._note_scheduled(output.scheduled_requests)
         output.num_batched_tokens = budget.cost
         return output
+
+    def finish(self, requests: Iterable[Request]) -> None:
+        """The engine got these scheduled requests' results (or failures) back: ends their hold-off."""
+        num_interactive = sum(1 for request in requests if request.priority == PRIORITY_INTERACTIVE)
+        if num_interactive:
+            self.num_interactive_running = max(0, self.num_interactive_running - num_interactive)
+            self.last_interactive_finish = self.clock()
+
+    def hold_seconds(self) -> float:
+        """Seconds before a step would schedule anything (0: now): waiting work is all lower-priority and
+        held off (3. above). The engine loop waits this long for new requests instead of stepping."""
+        if not self.has_waiting() or self.queues.get(PRIORITY_INTERACTIVE):
+            return 0.0
+        return self._low_priority_hold()
+
+    def _note_scheduled(self, scheduled: list[Request]) -> None:
+        if not scheduled:
+            return
+        if scheduled[0].priority == PRIORITY_INTERACTIVE:
+            self.num_interactive_running += len(scheduled)
+        else:
+            self.low_priority_held_since = None
+
+    def _low_priority_hold(self) -> float:
+        """Seconds lower-priority work is still held off (0: it may run now)."""
+        now = self.clock()
+        if self.num_interactive_running:
+            remaining = INTERACTIVE_HOLD_SECONDS  # at least: it restarts when the interactive step finishes
+        else:
+            remaining = self.last_interactive_finish + INTERACTIVE_HOLD_SECONDS - now
+        if remaining <= 0:
+            return 0.0
+        if self.low_priority_held_since is None:
+            self.low_priority_held_since = now
+        return max(0.0, min(remaining, self.low_priority_held_since + MAX_LOW_PRIORITY_HOLD_SECONDS - now))
 
     def _admit(
         self, queue: deque[Request], budget: TokenBudget, limit: TokenBudget | None, output: SchedulerOutput
@@ -106,14 +161,14 @@ class Scheduler:
             if limit is not None:
                 limit.add(request.num_tokens)
             request.status = RequestStatus.RUNNING
-            request.scheduled_time = time.monotonic()
+            request.scheduled_time = time.monotonic()  # a metric, beside arrival_time
             output.scheduled_requests.append(queue.popleft())
         return True
 
     def _low_priority_limit(self) -> int:
         """Tokens of lower-priority requests one step may carry: all of the budget, or a share of it while
         interactive requests keep arriving."""
-        if time.monotonic() - self.last_interactive_time < INTERACTIVE_WINDOW_SECONDS:
+        if self.clock() - self.last_interactive_time < INTERACTIVE_WINDOW_SECONDS:
             return self.max_num_low_priority_tokens
         return self.config.max_num_batched_tokens
 

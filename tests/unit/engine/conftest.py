@@ -69,6 +69,19 @@ def make_model_config(max_model_len: int = 32, truncate: bool = True) -> ModelCo
 SchedulerFactory = Callable[..., tuple[Scheduler, CountingTokenizer]]
 
 
+class ManualClock:
+    """A monotonic clock the test moves by hand (the scheduler's priorities read time)."""
+
+    def __init__(self, now: float = 1000.0) -> None:
+        self.now = now
+
+    def __call__(self) -> float:
+        return self.now
+
+    def advance(self, seconds: float) -> None:
+        self.now += seconds
+
+
 @pytest.fixture
 def make_scheduler() -> SchedulerFactory:
     def factory(
@@ -83,7 +96,7 @@ def make_scheduler() -> SchedulerFactory:
         processor = RequestProcessor(model_config, tokenizer)  # type: ignore[arg-type]
         config = SchedulerConfig(max_num_batched_tokens, max_num_seqs, max_num_lookahead)
         config.verify()
-        return Scheduler(config, processor, is_padded), tokenizer
+        return Scheduler(config, processor, is_padded, clock=ManualClock()), tokenizer
 
     return factory
 

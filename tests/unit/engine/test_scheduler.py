@@ -5,17 +5,27 @@ from __future__ import annotations
 import math
 import random
 
+import pytest
+
 from tests.unit.engine.conftest import SchedulerFactory, text_request
 from wde.engine.errors import InputTooLongError
-from wde.engine.scheduler import LOW_PRIORITY_STEP_DIVISOR
+from wde.engine.scheduler import (
+    INTERACTIVE_HOLD_SECONDS,
+    LOW_PRIORITY_STEP_DIVISOR,
+    MAX_LOW_PRIORITY_HOLD_SECONDS,
+)
 from wde.engine.token_budget import TokenBudget
 from wde.request import PRIORITY_BATCH, PRIORITY_INTERACTIVE, Request, RequestStatus
 
 
 def drain(scheduler) -> list[list[str]]:
+    """Step until nothing waits, as the engine loop does: wait out a hold-off, schedule, run (instantly),
+    report the finished requests."""
     batches = []
     while scheduler.has_waiting():
+        scheduler.clock.advance(scheduler.hold_seconds())
         output = scheduler.schedule()
+        scheduler.finish(output.scheduled_requests)
         batches.append([r.request_id for r in output.scheduled_requests])
     return batches
 
@@ -178,10 +188,64 @@ def test_batch_steps_are_short_while_interactive_requests_arrive(make_scheduler:
     for i in range(8):
         scheduler.add_request(batch_request(f"b{i}", 2))  # 4 tokens each
     scheduler.add_request(text_request("i0", 2))  # interactive traffic now: batch steps get 8 tokens
-    assert [r.request_id for r in scheduler.schedule().scheduled_requests] == ["i0"]
-    assert [r.request_id for r in scheduler.schedule().scheduled_requests] == ["b0", "b1"]
+    assert scheduled_ids(scheduler) == ["i0"]
+    scheduler.clock.advance(INTERACTIVE_HOLD_SECONDS)  # past the hold-off, within the interactive window
+    assert scheduled_ids(scheduler) == ["b0", "b1"]
     scheduler.last_interactive_time = -math.inf  # quiet again: batch work fills the budget
     assert [r.request_id for r in scheduler.schedule().scheduled_requests] == [f"b{i}" for i in range(2, 8)]
+
+
+def scheduled_ids(scheduler) -> list[str]:
+    """One step, finished at once: the ids it ran."""
+    output = scheduler.schedule()
+    scheduler.finish(output.scheduled_requests)
+    return [request.request_id for request in output.scheduled_requests]
+
+
+def test_batch_work_is_held_off_while_and_just_after_an_interactive_step(
+    make_scheduler: SchedulerFactory,
+) -> None:
+    scheduler, _ = make_scheduler(max_num_batched_tokens=64, max_num_seqs=8)
+    for i in range(3):
+        scheduler.add_request(batch_request(f"b{i}", 2))
+    scheduler.add_request(text_request("i0", 2))
+    assert scheduler.hold_seconds() == 0  # an interactive request waits: step now
+    running = scheduler.schedule().scheduled_requests
+    assert [r.request_id for r in running] == ["i0"]
+    # 1. while i0 runs, batch work waits (the engine loop waits instead of stepping)
+    assert scheduler.hold_seconds() == INTERACTIVE_HOLD_SECONDS
+    assert scheduler.schedule().scheduled_requests == []
+    # 2. i0 finished: its client's next request is likely a few ms away, batch work waits for it
+    scheduler.finish(running)
+    scheduler.clock.advance(INTERACTIVE_HOLD_SECONDS / 2)
+    assert scheduler.hold_seconds() == pytest.approx(INTERACTIVE_HOLD_SECONDS / 2)
+    assert scheduler.schedule().scheduled_requests == []
+    scheduler.add_request(text_request("i1", 2))  # ... and it came: it runs with no batch step before it
+    assert scheduler.hold_seconds() == 0
+    assert scheduled_ids(scheduler) == ["i1"]
+    # 3. no interactive request within the hold: batch work runs (in short steps: traffic is recent)
+    scheduler.clock.advance(INTERACTIVE_HOLD_SECONDS)
+    assert scheduler.hold_seconds() == 0
+    assert scheduled_ids(scheduler) == ["b0"]  # the 2-token share of a recent-traffic step: one request
+
+
+def test_held_off_batch_work_still_runs_a_step_every_max_hold(make_scheduler: SchedulerFactory) -> None:
+    """A client that always sends its next request within the hold-off must not starve batch work."""
+    scheduler, _ = make_scheduler(max_num_batched_tokens=64, max_num_seqs=8)
+    for i in range(2):
+        scheduler.add_request(batch_request(f"b{i}", 20))  # one per (short) batch step
+    steps = []
+    for i in range(300):  # an interactive request every 1 ms (each runs at once): 300 ms of traffic
+        scheduler.add_request(text_request(f"i{i}", 0))
+        if scheduler.hold_seconds() == 0:
+            steps.append((scheduler.clock(), scheduled_ids(scheduler)))
+        scheduler.clock.advance(0.001)
+        if scheduler.hold_seconds() == 0:
+            steps.append((scheduler.clock(), scheduled_ids(scheduler)))
+    batch_steps = [time for time, ids in steps if ids and ids[0].startswith("b")]
+    assert len(batch_steps) == 2  # both ran while interactive requests kept coming ...
+    assert batch_steps[1] - batch_steps[0] >= MAX_LOW_PRIORITY_HOLD_SECONDS  # ... one per max hold
+    assert sum(len(ids) for _, ids in steps if ids and ids[0].startswith("i")) == 300
 
 
 def test_a_batch_request_longer_than_its_share_still_runs(make_scheduler: SchedulerFactory) -> None:
