@@ -53,6 +53,7 @@ from server.routes import (
 from server.settings import ServerSettings
 from server.tracing import Tracing
 from wde.engine.async_llm_engine import AsyncLLMEngine
+from wde.engine_args import EngineArgs
 
 ROUTE_MODULES = (
     info,
@@ -68,6 +69,13 @@ ROUTE_MODULES = (
     metrics,
     compat,
 )
+
+
+def build_app(engine_args: EngineArgs, settings: ServerSettings) -> FastAPI:
+    """The app over a new engine for ``engine_args`` (what ``wde serve`` runs, and each Ray Serve replica:
+    a picklable ``functools.partial(build_app, ...)`` builds it where it runs). The engine loads when the
+    app's lifespan starts."""
+    return create_app(AsyncLLMEngine(engine_args), settings)
 
 
 def create_app(

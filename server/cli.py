@@ -11,6 +11,7 @@ never by ``wde``).
 from __future__ import annotations
 
 import argparse
+import functools
 import logging
 import os
 import sys
@@ -20,6 +21,7 @@ from collections.abc import Sequence
 from dataclasses import MISSING, fields
 from typing import Any
 
+from server.ray_serve.flags import add_ray_serve_flags
 from server.settings import ServerSettings
 from wde.config import (
     CUDA_GRAPH_MODES,
@@ -169,6 +171,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--log-level", default="info", choices=["critical", "error", "warning", "info", "debug"]
     )
     _add_dataclass_flags(server_group, ServerSettings, SERVER_HELP, {}, skip=set())
+    add_ray_serve_flags(serve_parser.add_argument_group("ray serve"))
     # 3. WDE_<FLAG> environment variables become the defaults
     _apply_environment(serve_parser)
     _add_embed_parser(commands)
@@ -272,6 +275,13 @@ def serve(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     except (ValueError, TypeError, OSError) as e:
         return _startup_error(str(e))
     # 2. the HTTP server (FastAPI and uvicorn imported only now): binds the port, then loads the model
+    if args.ray:
+        try:
+            from server.app import build_app
+            from server.ray_serve.deployment import serve_on_ray
+        except ImportError as e:
+            return _startup_error(f"{e}; Ray Serve needs its extra: pip install 'wde[server,ray]'")
+        return serve_on_ray(args, functools.partial(build_app, engine_args, settings))
     try:
         from server.draining_server import serve as serve_http
         from server.listener import StartupError
