@@ -175,10 +175,11 @@ def stop_ray(session: RaySession | None, app_name: str | None) -> None:
     if session is None or not ray.is_initialized():
         return
     try:
+        # the application first, while the proxy still runs: the requests in flight get their answers
+        if app_name is not None and app_name in serve.status().applications:
+            serve.delete(app_name)
         if session.serve_started_here:
             serve.shutdown()
-        elif app_name is not None and app_name in serve.status().applications:
-            serve.delete(app_name)
     finally:
         if not session.joined:
             ray.shutdown()

@@ -1,10 +1,11 @@
 """The Serve proxy's own 429 / 503 answers in wde's error shape, with Retry-After.
 
 Ray's proxy answers by itself, in plain text, when its queue is full (``BackPressureError``: 429 with
-Retry-After, as ``backpressure_config`` says) or when no replica can take a request (503, no Retry-After).
-``ProxyErrorShapeMiddleware`` rewrites those answers as the app's own errors: ``{"error", "error_type"}``,
-or OpenAI's ``{"error": {...}}`` on ``/v1/*`` and ``/v2/*``, always with Retry-After. The app's answers are
-JSON and pass untouched, as does Ray's ``/-/`` API.
+Retry-After, as ``backpressure_config`` says), when no replica can take a request (503, no Retry-After) and
+when no application routes the path (404: while ours starts or stops). ``ProxyErrorShapeMiddleware``
+rewrites those answers as the app's own errors, 429 or 503: ``{"error", "error_type"}``, or OpenAI's
+``{"error": {...}}`` on ``/v1/*`` and ``/v2/*``, always with Retry-After. The app's answers are JSON and
+pass untouched, as does Ray's ``/-/`` API.
 
 Ray installs it in its proxies from ``RAY_SERVE_HTTP_PROXY_CALLBACK_IMPORT_PATH`` (``PROXY_CALLBACK``),
 read where each proxy starts: ``wde serve --ray`` sets it for the local cluster it starts; on a cluster
@@ -24,19 +25,32 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 PROXY_CALLBACK_ENV = "RAY_SERVE_HTTP_PROXY_CALLBACK_IMPORT_PATH"
 PROXY_CALLBACK = "server.ray_serve.proxy_errors.proxy_middlewares"
 DEFAULT_RETRY_AFTER = "1"
-# status -> (TEI error_type, OpenAI type, OpenAI code, what to do), as server/errors.py's table
-REWRITTEN: dict[int, tuple[str, str, str, str]] = {
+UNAVAILABLE = (
+    503,
+    "Unhealthy",
+    "server_error",
+    "unavailable",
+    "no replica can take the request now (the application is starting, restarting or stopping); retry later",
+)
+# Ray's status -> (our status, TEI error_type, OpenAI type, OpenAI code, what to do), as server/errors.py's
+# table. Ray answers 404 when no application routes the path: under --route-prefix / that only happens
+# while the application is deployed or deleted (the app answers its own unknown paths), so it is a 503.
+REWRITTEN: dict[int, tuple[int, str, str, str, str]] = {
     429: (
+        429,
         "Overloaded",
         "rate_limit_error",
         "rate_limit_exceeded",
         "every replica is busy and the Serve proxy's queue is full (--max-queued-requests); retry later",
     ),
-    503: (
+    503: UNAVAILABLE,
+    404: (
+        503,
         "Unhealthy",
         "server_error",
         "unavailable",
-        "no replica can take the request now (starting, restarting or shutting down); retry later",
+        "no Serve application routes this path now: it is starting or stopping (retry later), or the path "
+        "is outside every --route-prefix (GET /-/routes lists them)",
     ),
 }
 
@@ -80,9 +94,8 @@ def _is_proxy_error(start: Message) -> bool:
 def rewrite(held: list[Message], path: str) -> list[Message]:
     """The held plain-text answer as the app's JSON error (its text kept in the message)."""
     start = held[0]
-    status = start["status"]
     text = b"".join(m.get("body", b"") for m in held[1:] if m["type"] == "http.response.body")
-    tei_type, openai_type, code, advice = REWRITTEN[status]
+    status, tei_type, openai_type, code, advice = REWRITTEN[start["status"]]
     message = f"{advice} ({text.decode(errors='replace').strip()})" if text.strip() else advice
     body: dict[str, Any]
     if "/v1/" in path or "/v2/" in path:

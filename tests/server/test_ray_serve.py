@@ -6,7 +6,7 @@ proxy, with --max-concurrent-requests 2 (as test_uvicorn's live server).
 - The same requests answer the same (status, JSON within 1e-6) on one uvicorn and on Ray Serve.
 - Two replicas answer two requests at once; a burst gets 200 or 429 + Retry-After in our error shape.
 - The real ``wde serve --ray`` command joins the cluster (RAY_ADDRESS) with a route prefix and stops
-  gracefully (exit 0) on SIGTERM, leaving the cluster's other application running.
+  gracefully on SIGTERM (the request in flight answered, exit 0), leaving the other application running.
 
 Slow: one local cluster for the module (~25 s to start on 2 cores); the module runs in ~80 s. The last
 tests (the plan, the proxy's error shape, the replica's readiness wait) need no cluster.
@@ -22,6 +22,7 @@ import re
 import signal
 import time
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -230,6 +231,7 @@ def test_wde_serve_ray_joins_the_cluster_with_a_route_prefix(
             assert server.process.poll() is None and time.monotonic() < deadline, server.log()
             time.sleep(0.2)
         url = match.group(1)
+        print(next(line for line in server.log().splitlines() if "ready at" in line))  # the start-up cost
         assert url == f"{ray_serve.url}/minilm" and "ray.init" in server.log(), server.log()
         # 2. the app under the prefix: same answers, its own error shapes
         assert httpx.get(f"{url}/health", timeout=TIMEOUT).status_code == 200
@@ -238,10 +240,19 @@ def test_wde_serve_ray_joins_the_cluster_with_a_route_prefix(
         assert prefixed.status_code == 200 and np.allclose(prefixed.json(), root.json(), atol=FLOAT_TOLERANCE)
         invalid = httpx.post(f"{url}/v1/embeddings", json={"input": []}, timeout=TIMEOUT)
         assert invalid.status_code == 422 and invalid.json()["error"]["param"] == "input"
-        # 3. SIGTERM: exit 0, its application deleted, the cluster's other one still serving
-        server.process.send_signal(signal.SIGTERM)
+        # 3. SIGTERM: the request in flight is answered, exit 0, its application deleted, the cluster's
+        #    other one still serving
+        with ThreadPoolExecutor(1) as pool:
+            in_flight = pool.submit(
+                httpx.post, f"{url}/embed", json={"inputs": [LONG_TEXT] * 24}, timeout=TIMEOUT
+            )
+            time.sleep(0.5)
+            server.process.send_signal(signal.SIGTERM)
+            assert in_flight.result().status_code == 200
         assert server.wait(TIMEOUT) == 0, server.log()
-    assert httpx.get(f"{url}/health", timeout=TIMEOUT).status_code == 404
+    # the prefix is gone: the application at / takes the path, and answers its own 404
+    gone = httpx.get(f"{url}/health", timeout=TIMEOUT)
+    assert gone.status_code == 404 and gone.json()["error_type"] == "NotFound", gone.text
     assert httpx.get(f"{ray_serve.url}/health", timeout=TIMEOUT).status_code == 200
 
 
@@ -289,14 +300,15 @@ def test_plan_derives_rays_limits_from_ours_and_cpus_from_the_cluster() -> None:
 
 
 @pytest.mark.parametrize(
-    ("path", "status", "headers", "expected"),
+    ("path", "status", "headers", "ours", "expected"),
     [
-        ("/embed", 429, [(b"retry-after", b"3")], {"error_type": "Overloaded"}),
-        ("/v1/embeddings", 429, [(b"retry-after", b"3")], {"code": "rate_limit_exceeded"}),
-        ("/embed", 503, [], {"error_type": "Unhealthy"}),
+        ("/embed", 429, [(b"retry-after", b"3")], 429, {"error_type": "Overloaded"}),
+        ("/v1/embeddings", 429, [(b"retry-after", b"3")], 429, {"code": "rate_limit_exceeded"}),
+        ("/embed", 503, [], 503, {"error_type": "Unhealthy"}),
+        ("/v1/embeddings", 404, [], 503, {"code": "unavailable"}),  # no app routes it: starting / stopping
     ],
 )
-def test_proxy_answers_rays_own_rejections_in_our_error_shape(path, status, headers, expected) -> None:
+def test_proxy_answers_rays_own_rejections_in_our_error_shape(path, status, headers, ours, expected) -> None:
     async def ray_rejection(scope: Any, receive: Any, send: Any) -> None:
         start_headers = [(b"content-type", b"text/plain; charset=utf-8"), *headers]
         await send({"type": "http.response.start", "status": status, "headers": start_headers})
@@ -325,7 +337,7 @@ def test_proxy_answers_rays_own_rejections_in_our_error_shape(path, status, head
 
     got_status, got_headers, got_body = asyncio.run(call(ray_rejection))
     body = json.loads(got_body)
-    assert got_status == status and got_headers["content-type"] == "application/json"
+    assert got_status == ours and got_headers["content-type"] == "application/json"
     assert got_headers["retry-after"] == ("3" if headers else "1")
     flat = body["error"] if path.startswith("/v1/") else body
     assert expected.items() <= flat.items() and "backpressure" in str(body)
