@@ -15,7 +15,6 @@ tests (the plan, the proxy's error shape, the replica's readiness wait) need no 
 from __future__ import annotations
 
 import asyncio
-import functools
 import json
 import os
 import re
@@ -65,15 +64,17 @@ def ray_serve() -> Iterator[SimpleNamespace]:
     pytest.importorskip("ray.serve", reason="Ray Serve is not installed: pip install 'wde[server,ray]'")
     import ray
 
-    from server.app import build_app
-    from server.cli import build_parser
+    from server import cli
     from server.ray_serve import deployment
-    from wde.engine_args import EngineArgs
 
+    # `wde serve --ray FLAGS` up to serve_on_ray: the namespace and the app builder exactly as the command
+    # makes them (flags checked, settings verified), without its blocking wait for a signal
     port = free_port()
-    args = build_parser().parse_args(["serve", "--ray", "--port", str(port), *SERVE_FLAGS])
-    engine_args = EngineArgs(**{name: getattr(args, name) for name in EngineArgs.field_names()})
-    settings = ServerSettings(**{name: getattr(args, name) for name in ServerSettings.field_names()})
+    command: dict[str, Any] = {}
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(deployment, "serve_on_ray", lambda args, build_app: command.update(locals()) or 0)
+        assert cli.main(["serve", "--ray", "--port", str(port), *SERVE_FLAGS]) == 0
+    args, build_app = command["args"], command["build_app"]
     saved_env = {name: os.environ.pop(name, None) for name in ("RAY_ADDRESS", deployment.PROXY_CALLBACK_ENV)}
     if ray.is_initialized():  # a Ray session another test left: this module needs its own cluster
         ray.shutdown()
@@ -82,7 +83,7 @@ def ray_serve() -> Iterator[SimpleNamespace]:
         session = deployment.connect_ray("warning", num_cpus=CLUSTER_CPUS)
         plan = plan_replicas(args, session.cpus, session.gpus, joined=False)
         deployment.start_serve(session, args.host, port, args.keep_alive_timeout, plan.app_name)
-        deployment.deploy(session, plan, functools.partial(build_app, engine_args, settings), "warning")
+        deployment.deploy(session, plan, build_app, "warning")
         print(deployment.ready_line(session, plan))
         yield SimpleNamespace(url=session.url, port=port, address=session.address, timings=session.timings)
     finally:
@@ -163,7 +164,7 @@ def test_two_replicas_answer_concurrently(ray_serve: SimpleNamespace) -> None:
 
     deployment = serve.status().applications["wde"].deployments["WdeServer"]
     assert deployment.replica_states.get("RUNNING") == 2, deployment
-    body = {"inputs": [LONG_TEXT] * 32}  # 4 forward passes of 2048 tokens: seconds on one thread
+    body = {"inputs": [LONG_TEXT] * 24}  # 3 forward passes of 2048 tokens: seconds on one thread
 
     async def two_at_once() -> list[tuple[float, float, httpx.Response]]:
         async with httpx.AsyncClient(base_url=ray_serve.url, timeout=TIMEOUT) as client:
@@ -244,7 +245,7 @@ def test_wde_serve_ray_joins_the_cluster_with_a_route_prefix(
         #    other one still serving
         with ThreadPoolExecutor(1) as pool:
             in_flight = pool.submit(
-                httpx.post, f"{url}/embed", json={"inputs": [LONG_TEXT] * 24}, timeout=TIMEOUT
+                httpx.post, f"{url}/embed", json={"inputs": [LONG_TEXT] * 16}, timeout=TIMEOUT
             )
             time.sleep(0.5)
             server.process.send_signal(signal.SIGTERM)
