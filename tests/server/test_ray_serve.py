@@ -48,8 +48,9 @@ from wde.engine.async_llm_engine import AsyncLLMEngine
 TIMEOUT = 60.0
 FLOAT_TOLERANCE = 1e-6
 # differ by process or request: /v1/models' "created" (when the model loaded), Cohere's response "id" (a uuid;
-# /tokenize's int token "id"s are compared)
-PER_REQUEST_KEYS = {"created": (int, float), "id": (str,)}
+# /tokenize's int token "id"s are compared), /info's "num_loads" (0 for the engine the test fixture started
+# itself, 1 where the app's lifespan loaded it, as in wde serve)
+PER_REQUEST_KEYS = {"created": (int, float), "id": (str,), "num_loads": (int,)}
 CLUSTER_CPUS = 3  # two replicas of 1 CPU, and one more for the command that joins
 SERVE_FLAGS = ["--num-replicas", "2", "--cpus-per-replica", "1", "--max-concurrent-requests", "2"]
 READY_LINE = re.compile(r"wde serve --ray: ready at (\S+)")
