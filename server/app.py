@@ -14,7 +14,7 @@ Handlers only raise; a new exception type gets its status in ``server/errors.py`
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from pathlib import Path
 
@@ -33,6 +33,7 @@ from server.middleware.draining_cutoff import DrainingCutoffMiddleware
 from server.middleware.head_as_get import HeadAsGetMiddleware
 from server.middleware.http_metrics import HttpMetricsMiddleware
 from server.middleware.request_body import RequestBodyMiddleware
+from server.model_registry import ModelRegistry
 from server.openapi import install_openapi
 from server.request_trace import record_call
 from server.responses import ORJSONResponse
@@ -71,34 +72,43 @@ ROUTE_MODULES = (
 )
 
 
-def build_app(engine_args: EngineArgs, settings: ServerSettings) -> FastAPI:
-    """The app over a new engine for ``engine_args`` (what ``wde serve`` runs, and each Ray Serve replica:
-    a picklable ``functools.partial(build_app, ...)`` builds it where it runs). The engine loads when the
-    app's lifespan starts."""
-    return create_app(AsyncLLMEngine(engine_args), settings)
+def build_app(engine_args: EngineArgs | Sequence[EngineArgs], settings: ServerSettings) -> FastAPI:
+    """The app over new engines for ``engine_args`` (one model, or several: ``ModelRegistry``), what
+    ``wde serve`` runs and each Ray Serve replica (a picklable ``functools.partial(build_app, ...)`` builds
+    it where it runs). The engines load when the app's lifespan starts."""
+    if isinstance(engine_args, EngineArgs):
+        engine_args = [engine_args]
+    models = ModelRegistry.from_engine_args(
+        engine_args, settings.max_loaded_models, strict_names=settings.strict_model_name
+    )
+    return create_app(models, settings)
 
 
 def create_app(
-    engine: AsyncLLMEngine, settings: ServerSettings | None = None, tracing: Tracing | None = None
+    models: AsyncLLMEngine | ModelRegistry,
+    settings: ServerSettings | None = None,
+    tracing: Tracing | None = None,
 ) -> FastAPI:
-    """The app; its lifespan starts ``engine`` (if not started) and drains it on shutdown. ``tracing``:
-    OpenTelemetry spans through this tracer (default: as ``--otel`` and the ``OTEL_*`` environment say,
-    ``server/tracing.py``; create the app before ``engine.start()`` for the tokenization spans)."""
+    """The app over one engine or a ``ModelRegistry``; its lifespan starts the engines (those not started)
+    and drains them on shutdown. ``tracing``: OpenTelemetry spans through this tracer (default: as ``--otel``
+    and the ``OTEL_*`` environment say, ``server/tracing.py``; create the app before ``engine.start()`` for
+    the tokenization spans)."""
     # 1. shared state, metrics and tracing
     settings = (settings or ServerSettings()).with_api_key_file()
     settings.verify()
-    state = AppState(engine, settings)
-    engine.add_stats_listener(state.metrics)
+    if isinstance(models, AsyncLLMEngine):
+        models = ModelRegistry.of_engine(models, strict_names=settings.strict_model_name)
+    state = AppState(models, settings)
     tracing = tracing or Tracing.from_settings(settings.otel)
     if tracing is not None:
-        engine.observe_calls(record_call)
+        models.add_engine_hook(lambda model, engine: engine.observe_calls(record_call))
     app = FastAPI(
         title="wde", version=wde.__version__, lifespan=_lifespan, default_response_class=ORJSONResponse
     )
     app.state.wde = state
     batch_dir = Path(settings.batch_dir).expanduser()
     app.state.batches = BatchService(
-        batch_dir, app, engine, lambda: state.draining, settings.batch_lines_in_flight
+        batch_dir, app, models, lambda: state.draining, settings.batch_lines_in_flight
     )
     app.state.tracing = tracing
     # 2. routes and the error table
@@ -134,12 +144,12 @@ def create_app(
 @asynccontextmanager
 async def _lifespan(app: FastAPI) -> AsyncIterator[None]:
     state: AppState = app.state.wde
-    state.engine.start()  # loads on the engine thread: /health answers 503 until it is ready
+    state.models.start()  # each loads on its engine thread: /health answers 503 until they are ready
     await app.state.batches.start()  # resumes interrupted batches once the engine is ready
     yield
     await app.state.batches.stop()  # lines in flight are aborted: run again when the batch resumes
     # The HTTP server has finished the in-flight requests by now; drain whatever the engine still holds.
     state.begin_drain()
-    await anyio.to_thread.run_sync(state.engine.shutdown)
+    await anyio.to_thread.run_sync(state.models.shutdown)
     if app.state.tracing is not None:
         await anyio.to_thread.run_sync(app.state.tracing.shutdown)  # flushes the spans still batched

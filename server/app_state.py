@@ -1,15 +1,19 @@
-"""``AppState``: what route handlers and middlewares share (``app.state.wde``)."""
+"""``AppState``: what route handlers and middlewares share (``app.state.wde``): the settings, the metrics and
+the served models (``ModelRegistry``; a route takes its model with ``async with state.use_model(...)``)."""
 
 from __future__ import annotations
 
 import logging
 import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 
 from starlette.requests import HTTPConnection
 
-from server.errors import ModelNotFoundError, TooManyInputsError
+from server.errors import TooManyInputsError
 from server.metrics import ServerMetrics
+from server.model_registry import ModelRegistry, ServedModel
 from server.settings import ServerSettings
 from wde.engine.async_llm_engine import AsyncLLMEngine
 
@@ -18,7 +22,7 @@ logger = logging.getLogger("wde.server")
 
 @dataclass(eq=False)
 class AppState:
-    engine: AsyncLLMEngine
+    models: ModelRegistry
     settings: ServerSettings
     metrics: ServerMetrics = field(init=False)
     created: int = field(default_factory=lambda: int(time.time()))
@@ -28,15 +32,38 @@ class AppState:
     num_cut_off: int = 0  # requests cancelled by --graceful-timeout on shutdown (answered 503)
 
     def __post_init__(self) -> None:
-        self.metrics = ServerMetrics(self.engine, lambda: self.num_in_flight)
+        self.metrics = ServerMetrics(self.models, lambda: self.num_in_flight)
+        self.models.add_engine_hook(
+            lambda model, engine: engine.add_stats_listener(self.metrics.listener(model.name))
+        )
 
     def begin_drain(self) -> None:
         self.draining = True
 
     @property
+    def engine(self) -> AsyncLLMEngine:
+        """The default (first) model's engine: the one engine of a single-model server."""
+        engine = self.models.default.engine
+        if engine is None:
+            raise RuntimeError(f"model {self.models.default.name!r} is not loaded")
+        return engine
+
+    @property
     def served_model_name(self) -> str:
-        model_config = self.engine.info.model_config
-        return model_config.served_model_name or model_config.model
+        """The default (first) model's name."""
+        return self.models.default.name
+
+    @asynccontextmanager
+    async def use_model(self, name: str | None, task: str | None = None) -> AsyncIterator[ServedModel]:
+        """The model a request names (None: the first serving ``task``), loaded and held for the block;
+        404 for a name not served (``ModelRegistry.resolve``)."""
+        async with self.models.use(name, task) as model:
+            yield model
+
+    def detach(self) -> None:
+        """Stop feeding this app's metrics from the engines (for apps over an engine that outlives them)."""
+        for model in self.models.loaded():
+            model.engine.remove_stats_listener(self.metrics.listener(model.name))
 
     def check_num_inputs(self, num_inputs: int, field_name: str) -> None:
         limit = self.settings.max_client_batch_size
@@ -57,15 +84,6 @@ class AppState:
             "gives them); LangChain's OpenAIEmbeddings sends tiktoken ids unless "
             "check_embedding_ctx_length=False. Logged once."
         )
-
-    def check_model(self, model: str | None) -> None:
-        """Any name is accepted (one model is served: a client's default name, such as Cohere's
-        "rerank-v3.5", reaches it, as TEI does) unless --strict-model-name, which answers 404 as vLLM does."""
-        if self.settings.strict_model_name and model is not None and model != self.served_model_name:
-            raise ModelNotFoundError(
-                f"model {model!r} is not served here; this server serves {self.served_model_name!r} "
-                "(GET /v1/models; --strict-model-name is on)"
-            )
 
 
 def get_state(connection: HTTPConnection) -> AppState:

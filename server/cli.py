@@ -11,6 +11,7 @@ never by ``wde``).
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import functools
 import logging
 import os
@@ -155,7 +156,18 @@ def build_parser() -> argparse.ArgumentParser:
     commands.add_parser("bench", help="offline throughput vs sentence-transformers (wde bench --help)")
     # 1. engine flags, from the EngineArgs fields
     engine_group = serve_parser.add_argument_group("engine")
-    engine_group.add_argument("model", nargs="?", default=None, help=ENGINE_HELP["model"])
+    engine_group.add_argument(
+        "model",
+        nargs="*",
+        default=[],
+        help=ENGINE_HELP["model"] + "; several: one server for them all (the request's model picks one)",
+    )
+    engine_group.add_argument(
+        "--model-config",
+        default=None,
+        help="a YAML file of models to serve, each with its own engine flags and served name (README "
+        "'Several models')",
+    )
     _add_dataclass_flags(engine_group, EngineArgs, ENGINE_HELP, ENGINE_CHOICES, skip={"model"})
     # 2. server flags
     server_group = serve_parser.add_argument_group("server")
@@ -262,8 +274,7 @@ def embed(args: argparse.Namespace) -> int:
 def serve(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     """Exit 2 with one line for a user error found before anything loads (a flag, the model folder, the
     port); 1 when the model fails to load; 0 after a graceful drain."""
-    # 1. settings and the model folder, checked before anything loads or binds
-    engine_args = EngineArgs(**{name: getattr(args, name) for name in EngineArgs.field_names()})
+    # 1. settings and the model folders, checked before anything loads or binds
     settings = ServerSettings(**{name: getattr(args, name) for name in ServerSettings.field_names()})
     logging.basicConfig(
         level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
@@ -271,9 +282,12 @@ def serve(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     try:
         settings = settings.with_api_key_file()
         settings.verify()
-        engine_args.create_engine_config()
+        all_engine_args = _served_engine_args(args)
+        for engine_args in all_engine_args:
+            engine_args.create_engine_config()
     except (ValueError, TypeError, OSError) as e:
         return _startup_error(str(e))
+    engine_args = all_engine_args[0] if len(all_engine_args) == 1 else all_engine_args
     # 2. the HTTP server (FastAPI and uvicorn imported only now): binds the port, then loads the model
     if args.ray:
         try:
@@ -291,6 +305,17 @@ def serve(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
         return serve_http(engine_args, settings, args.host, args.port, args.graceful_timeout, args.log_level)
     except StartupError as e:
         return _startup_error(str(e))
+
+
+def _served_engine_args(args: argparse.Namespace) -> list[EngineArgs]:
+    """One EngineArgs per served model: the positional models, then --model-config's; none: the default."""
+    base = EngineArgs(**{name: getattr(args, name) for name in EngineArgs.field_names() if name != "model"})
+    served = [dataclasses.replace(base, model=model) for model in args.model]
+    if args.model_config is not None:
+        from server.models_file import read_models_file
+
+        served += read_models_file(args.model_config, base)
+    return served or [base]
 
 
 def _startup_error(message: str) -> int:
@@ -372,7 +397,7 @@ def _parse_env(action: argparse.Action, raw: str) -> Any:
             return False
         raise ValueError("expected true/false, 1/0, yes/no or on/off")
     convert = action.type if callable(action.type) else str
-    if action.nargs == "+":  # a list: WDE_CUDA_GRAPH_BUCKETS="256,512,1024" (commas or spaces)
+    if action.nargs in ("+", "*"):  # a list: WDE_CUDA_GRAPH_BUCKETS="256,512,1024" (commas or spaces)
         return [convert(item) for item in raw.replace(",", " ").split()]
     return convert(raw)
 

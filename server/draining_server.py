@@ -12,6 +12,7 @@ import logging
 import signal
 import socket
 import threading
+from collections.abc import Sequence
 from types import FrameType
 
 import uvicorn
@@ -19,7 +20,8 @@ import uvicorn
 from server.app import create_app
 from server.app_state import AppState
 from server.engine_monitor import EngineMonitor
-from server.listener import bind_listener, url_of
+from server.listener import StartupError, bind_listener, url_of
+from server.model_registry import ModelRegistry, ServedModel
 from server.settings import ServerSettings
 from server.uvicorn_options import uvicorn_options
 from wde.engine.async_llm_engine import AsyncLLMEngine
@@ -54,20 +56,26 @@ class DrainingServer(uvicorn.Server):
 
 
 def serve(
-    engine_args: EngineArgs,
+    engine_args: EngineArgs | Sequence[EngineArgs],
     settings: ServerSettings,
     host: str,
     port: int,
     graceful_timeout: float,
     log_level: str,
 ) -> int:
-    """Serve until a signal (exit 0) or an engine that failed to load (exit 1); ``StartupError`` (exit 2)
-    when the port cannot be bound, before anything loads."""
+    """Serve until a signal (exit 0) or a model that failed to load at start-up (exit 1); ``StartupError``
+    (exit 2) when the port cannot be bound, before anything loads."""
     # 1. the port first: a busy port fails in one line, not after the model loaded
+    all_engine_args = [engine_args] if isinstance(engine_args, EngineArgs) else list(engine_args)
+    try:  # names, and whether the models fit in memory together
+        models = ModelRegistry.from_engine_args(
+            all_engine_args, settings.max_loaded_models, strict_names=settings.strict_model_name
+        )
+    except ValueError as e:
+        raise StartupError(str(e)) from e
     sock = bind_listener(host, port)
-    # 2. the engine (loading on its thread from now on) and the app
-    engine = AsyncLLMEngine(engine_args)
-    app = create_app(engine, settings)
+    # 2. the app over the models; its engines start (loading on their threads) below
+    app = create_app(models, settings)
     config = uvicorn.Config(
         app,
         log_level=log_level,
@@ -77,27 +85,36 @@ def serve(
         **uvicorn_options(settings),
     )
     server = DrainingServer(config, app.state.wde)
+    # a dead engine stops the server (exit 1, for a supervisor); a wedged forward pass is logged: every
+    # engine is watched, those --max-loaded-models loads later too
+    monitors: list[EngineMonitor] = []
+
+    def watch(model: ServedModel, engine: AsyncLLMEngine) -> None:
+        monitor = EngineMonitor(engine, server, settings.exit_on_engine_failure, settings.max_batch_seconds)
+        monitors.append(monitor)
+        monitor.start()
+
+    models.add_engine_hook(watch)
     logger.info(
         "listening on %s; loading %s (GET /health answers 503 until the ready line)",
         url_of(sock),
-        engine_args.model or "the bundled model",
+        ", ".join(args.model or "the bundled model" for args in all_engine_args),
     )
-    engine.start()
-    # 3. one "ready" line once the engine is up; stop the server if it cannot load
+    models.start()
+    # 3. one "ready" line per model once its engine is up; stop the server if one cannot load
     load_failed = threading.Event()
-    threading.Thread(
-        target=_report_engine,
-        args=(engine, settings, server, load_failed, url_of(sock)),
-        name="wde-load",
-        daemon=True,
-    ).start()
+    for model in models.loaded():
+        threading.Thread(
+            target=_report_engine,
+            args=(model.engine, settings, server, load_failed, url_of(sock)),
+            name="wde-load",
+            daemon=True,
+        ).start()
     # 4. uvicorn on the bound socket, with signals drained gracefully
-    # a dead engine stops the server (exit 1, for a supervisor); a wedged forward pass is logged
-    monitor = EngineMonitor(engine, server, settings.exit_on_engine_failure, settings.max_batch_seconds)
-    monitor.start()
     _exit_zero_on_signal()
     server.run(sockets=[sock])
-    return 1 if load_failed.is_set() or monitor.stopped_server.is_set() else 0
+    stopped = any(monitor.stopped_server.is_set() for monitor in monitors)
+    return 1 if load_failed.is_set() or stopped else 0
 
 
 def _report_engine(
@@ -123,7 +140,7 @@ def _report_engine(
         "ready: serving %s at %s | task=%s attention_backend=%s dtype=%s quantization=%s device=%s "
         "executor=%s max_model_len=%d max_num_batched_tokens=%d max_num_seqs=%d | payload_limit=%d "
         "max_client_batch_size=%d max_concurrent_requests=%d api_key=%s",
-        model_config.served_model_name,
+        model_config.served_model_name or model_config.model,
         url,
         model_config.task,
         engine.info.attention_backend,

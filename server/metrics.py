@@ -1,21 +1,25 @@
 """``ServerMetrics``: Prometheus metrics in the app's own registry (two apps in one process never clash).
 
-HTTP metrics are observed by ``HttpMetricsMiddleware``; engine metrics arrive through the engine's
-stats-listener hooks (called on the engine thread; prometheus-client is thread-safe); queue depth and
-in-flight counts are read when scraped.
+HTTP metrics are observed by ``HttpMetricsMiddleware``; engine metrics carry a ``model`` label (the served
+name) and arrive through each engine's stats listener (``ServerMetrics.listener(name)``, called on that
+engine's thread; prometheus-client is thread-safe); queue depth, in-flight counts, the result cache and the
+models' loads are read when scraped.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
+from typing import TYPE_CHECKING
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
-from wde.engine.async_llm_engine import AsyncLLMEngine
 from wde.engine.stats import StepStats
 from wde.outputs import ErrorOutput, RequestOutput
+
+if TYPE_CHECKING:
+    from server.model_registry import ModelRegistry
 
 LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
 STEP_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)
@@ -26,8 +30,9 @@ SEQUENCE_BUCKETS = tuple(float(2**power) for power in range(0, 11))  # 1 .. 1024
 class ServerMetrics:
     content_type = CONTENT_TYPE_LATEST
 
-    def __init__(self, engine: AsyncLLMEngine, num_in_flight: Callable[[], int]) -> None:
+    def __init__(self, models: ModelRegistry, num_in_flight: Callable[[], int]) -> None:
         self.registry = registry = CollectorRegistry()
+        self._listeners: dict[str, ModelStatsListener] = {}
         # 1. HTTP
         self.http_requests = Counter(
             "wde_http_requests", "HTTP requests answered", ["route", "method", "status"], registry=registry
@@ -41,42 +46,43 @@ class ServerMetrics:
         )
         in_flight = Gauge("wde_http_requests_in_flight", "HTTP requests admitted", registry=registry)
         in_flight.set_function(num_in_flight)
-        # 2. engine queue
-        queue_depth = Gauge("wde_queue_depth", "Requests queued in the engine scheduler", registry=registry)
-        queue_depth.set_function(lambda: engine.num_waiting)
-        unfinished = Gauge(
-            "wde_engine_unfinished_requests",
-            "Requests accepted by the engine, not answered yet",
-            registry=registry,
-        )
-        unfinished.set_function(lambda: engine.num_unfinished)
+        # 2. engine queues and the models (read when scraped)
+        registry.register(ModelsCollector(models))
         self.aborted = Counter(
             "wde_engine_aborted_requests",
             "Requests aborted because their client went away",
+            ["model"],
             registry=registry,
         )
         self.failed = Counter(
-            "wde_engine_failed_requests", "Requests answered with an error", registry=registry
+            "wde_engine_failed_requests", "Requests answered with an error", ["model"], registry=registry
         )
         # 3. batches
         self.batch_tokens = Histogram(
-            "wde_batch_size_tokens", "Tokens in one forward pass", buckets=TOKEN_BUCKETS, registry=registry
+            "wde_batch_size_tokens",
+            "Tokens in one forward pass",
+            ["model"],
+            buckets=TOKEN_BUCKETS,
+            registry=registry,
         )
         self.batch_sequences = Histogram(
             "wde_batch_size_sequences",
             "Sequences in one forward pass",
+            ["model"],
             buckets=SEQUENCE_BUCKETS,
             registry=registry,
         )
         self.tokenization_seconds = Histogram(
             "wde_tokenization_duration_seconds",
             "One batched tokenizer call of the scheduler",
+            ["model"],
             buckets=STEP_BUCKETS,
             registry=registry,
         )
         self.forward_seconds = Histogram(
             "wde_batch_inference_duration_seconds",
             "One forward pass",
+            ["model"],
             buckets=STEP_BUCKETS,
             registry=registry,
         )
@@ -84,24 +90,48 @@ class ServerMetrics:
         self.queue_seconds = Histogram(
             "wde_request_queue_duration_seconds",
             "Arrival in the engine to the start of the batch that ran it (tokenization included)",
+            ["model"],
             buckets=LATENCY_BUCKETS,
             registry=registry,
         )
         self.inference_seconds = Histogram(
             "wde_request_inference_duration_seconds",
             "Start of the batch that ran a request to its answer",
+            ["model"],
             buckets=LATENCY_BUCKETS,
             registry=registry,
         )
-        # 5. the result cache (--cache-size): read from the engine when scraped
-        registry.register(ResultCacheCollector(engine))
+        # 5. the result cache (--cache-size): read from the engines when scraped
+        registry.register(ResultCacheCollector(models))
 
     # ---- HttpMetricsMiddleware --------------------------------------------------------------------
     def observe_http(self, route: str, method: str, status: str, seconds: float) -> None:
         self.http_requests.labels(route, method, status).inc()
         self.http_seconds.labels(route, status).observe(seconds)
 
-    # ---- the engine's StatsListener (engine thread) -------------------------------------------------
+    def listener(self, model: str) -> ModelStatsListener:
+        """The stats listener of the engine serving ``model`` (one per name: add and remove it alike)."""
+        if model not in self._listeners:
+            self._listeners[model] = ModelStatsListener(self, model)
+        return self._listeners[model]
+
+    def render(self) -> bytes:
+        return generate_latest(self.registry)
+
+
+class ModelStatsListener:
+    """One engine's ``StatsListener`` (engine thread): its steps and outputs, under its model's label."""
+
+    def __init__(self, metrics: ServerMetrics, model: str) -> None:
+        self.tokenization_seconds = metrics.tokenization_seconds.labels(model)
+        self.batch_tokens = metrics.batch_tokens.labels(model)
+        self.batch_sequences = metrics.batch_sequences.labels(model)
+        self.forward_seconds = metrics.forward_seconds.labels(model)
+        self.failed = metrics.failed.labels(model)
+        self.queue_seconds = metrics.queue_seconds.labels(model)
+        self.inference_seconds = metrics.inference_seconds.labels(model)
+        self.aborted = metrics.aborted.labels(model)
+
     def on_step(self, stats: StepStats) -> None:
         if stats.num_tokenized:
             self.tokenization_seconds.observe(stats.tokenize_seconds)
@@ -121,44 +151,81 @@ class ServerMetrics:
     def on_aborted(self, num_requests: int) -> None:
         self.aborted.inc(num_requests)
 
-    def render(self) -> bytes:
-        return generate_latest(self.registry)
+
+class ModelsCollector:
+    """``wde_queue_depth``, ``wde_engine_unfinished_requests`` (loaded models), ``wde_model_loaded`` and
+    ``wde_model_loads`` (every model; a load more than the first comes from --max-loaded-models)."""
+
+    def __init__(self, models: ModelRegistry) -> None:
+        self.models = models
+
+    def describe(self) -> list[Metric]:
+        return []
+
+    def collect(self) -> Iterator[Metric]:
+        queue_depth = GaugeMetricFamily(
+            "wde_queue_depth", "Requests queued in the engine scheduler", labels=["model"]
+        )
+        unfinished = GaugeMetricFamily(
+            "wde_engine_unfinished_requests",
+            "Requests accepted by the engine, not answered yet",
+            labels=["model"],
+        )
+        loaded = GaugeMetricFamily(
+            "wde_model_loaded", "1 while the model's engine is loaded", labels=["model"]
+        )
+        loads = CounterMetricFamily(
+            "wde_model_loads",
+            "Engines made for the model (start-up and --max-loaded-models reloads)",
+            labels=["model"],
+        )
+        for model in self.models.models:
+            engine = model.engine
+            if engine is not None:
+                queue_depth.add_metric([model.name], engine.num_waiting)
+                unfinished.add_metric([model.name], engine.num_unfinished)
+            loaded.add_metric([model.name], 1 if engine is not None else 0)
+            loads.add_metric([model.name], model.num_loads)
+        yield from (queue_depth, unfinished, loaded, loads)
 
 
 class ResultCacheCollector:
-    """``wde_cache_*``: the engine's result cache and in-batch dedupe (all 0 with --cache-size 0)."""
+    """``wde_cache_*`` per loaded model: its result cache and in-batch dedupe (all 0 with --cache-size 0)."""
 
-    def __init__(self, engine: AsyncLLMEngine) -> None:
-        self.engine = engine
+    FAMILIES = (  # (metric, kind, help, ReuseStats field)
+        (
+            "wde_cache_hits",
+            "counter",
+            "Inputs answered from the result cache, without a forward pass",
+            "num_hits",
+        ),
+        ("wde_cache_misses", "counter", "Inputs looked up in the result cache and not found", "num_misses"),
+        (
+            "wde_cache_deduplicated",
+            "counter",
+            "Inputs answered by an identical input of the same request (computed once)",
+            "num_deduplicated",
+        ),
+        ("wde_cache_evictions", "counter", "Entries evicted to stay under --cache-size", "num_evictions"),
+        ("wde_cache_bytes", "gauge", "Bytes the result cache holds", "num_bytes"),
+        ("wde_cache_entries", "gauge", "Outputs the result cache holds", "num_entries"),
+        ("wde_cache_max_bytes", "gauge", "The result cache's limit (--cache-size)", "max_bytes"),
+    )
+
+    def __init__(self, models: ModelRegistry) -> None:
+        self.models = models
 
     def describe(self) -> list[Metric]:
-        return []  # collected only when scraped (the cache exists once the model is loaded)
+        return []  # collected only when scraped (a cache exists once its model is loaded)
 
     def collect(self) -> Iterator[Metric]:
-        reuse = self.engine.result_reuse
-        stats = None if reuse is None else reuse.stats()
-
-        def value(name: str) -> float:
-            return 0 if stats is None else getattr(stats, name)
-
-        yield CounterMetricFamily(
-            "wde_cache_hits",
-            "Inputs answered from the result cache, without a forward pass",
-            value("num_hits"),
-        )
-        yield CounterMetricFamily(
-            "wde_cache_misses", "Inputs looked up in the result cache and not found", value("num_misses")
-        )
-        yield CounterMetricFamily(
-            "wde_cache_deduplicated",
-            "Inputs answered by an identical input of the same request (computed once)",
-            value("num_deduplicated"),
-        )
-        yield CounterMetricFamily(
-            "wde_cache_evictions", "Entries evicted to stay under --cache-size", value("num_evictions")
-        )
-        yield GaugeMetricFamily("wde_cache_bytes", "Bytes the result cache holds", value("num_bytes"))
-        yield GaugeMetricFamily("wde_cache_entries", "Outputs the result cache holds", value("num_entries"))
-        yield GaugeMetricFamily(
-            "wde_cache_max_bytes", "The result cache's limit (--cache-size)", value("max_bytes")
-        )
+        families = []
+        for metric, kind, help_text, _ in self.FAMILIES:
+            family_class = CounterMetricFamily if kind == "counter" else GaugeMetricFamily
+            families.append(family_class(metric, help_text, labels=["model"]))
+        for model in self.models.loaded():
+            reuse = model.engine.result_reuse
+            stats = None if reuse is None else reuse.stats()
+            for family, (_, _, _, stat) in zip(families, self.FAMILIES, strict=True):
+                family.add_metric([model.name], 0 if stats is None else getattr(stats, stat))
+        yield from families

@@ -20,10 +20,12 @@ from server.errors import is_openai_path
 from server.protocol import OpenAIErrorResponse, TEIErrorResponse
 from server.routes.compat import root_bodies
 from wde.config import PRECISIONS, ModelConfig
+from wde.engine.async_llm_engine import AsyncLLMEngine
 from wde.output_kinds import OUTPUT_KINDS, routes_of
 
 REF = "#/components/schemas/{model}"
 PUBLIC_PATHS = frozenset({"/health", "/metrics"})
+NO_MODEL_PATHS = ("/v1/files", "/v1/batches")  # POST routes that name no model
 # The statuses every POST route may answer besides 200 and 422 (README's error table).
 POST_ERRORS = {
     400: "an input is too long with truncation off, the body is not UTF-8, or the model serves another task "
@@ -48,9 +50,13 @@ def install_openapi(app: FastAPI, state: AppState) -> None:
             return app.openapi_schema
         schema = get_openapi(title=app.title, version=app.version, routes=app.routes)
         _document_errors(schema, state)
-        if not state.engine.is_ready:
+        if state.models.is_multi_model:  # every route; each request's ``model`` picks its model
+            app.openapi_schema = schema
+            return schema
+        engine = state.models.default.engine
+        if engine is None or not engine.is_ready:
             return schema  # the model's limits are not known yet: built again on the next call
-        _constrain_to_model(schema, state.engine.info.model_config, state)
+        _constrain_to_model(schema, engine.info.model_config, engine, state)
         app.openapi_schema = schema
         return schema
 
@@ -70,7 +76,9 @@ def _document_errors(schema: dict[str, Any], state: AppState) -> None:
             errors = dict(POST_ERRORS if method == "post" else GET_ERRORS)
             if state.settings.api_key and path not in PUBLIC_PATHS:
                 errors[401] = "missing or wrong API key"
-            if state.settings.strict_model_name and path.startswith(("/v1/", "/v2/")) and method == "post":
+            if state.models.is_multi_model and method == "post" and not path.startswith(NO_MODEL_PATHS):
+                errors[404] = "the request names a model this server does not serve (GET /v1/models)"
+            elif state.settings.strict_model_name and path.startswith(("/v1/", "/v2/")) and method == "post":
                 errors[404] = "the request names another model (--strict-model-name)"
             responses = operation.setdefault("responses", {})
             if "422" in responses:
@@ -83,7 +91,9 @@ def _document_errors(schema: dict[str, Any], state: AppState) -> None:
 
 
 # ---- the model's limits ---------------------------------------------------------------------------------
-def _constrain_to_model(schema: dict[str, Any], model_config: ModelConfig, state: AppState) -> None:
+def _constrain_to_model(
+    schema: dict[str, Any], model_config: ModelConfig, engine: AsyncLLMEngine, state: AppState
+) -> None:
     # 1. only the routes of the model's task and output kinds
     for path in TASK_PATHS[model_config.task] | _missing_output_paths(model_config):
         schema["paths"].pop(path, None)
@@ -124,7 +134,7 @@ def _constrain_to_model(schema: dict[str, Any], model_config: ModelConfig, state
     if cohere is not None:
         _document_structured_documents(cohere)
     # 5. the output kinds and options an embedding model has (precision int8 / uint8 with calibration only)
-    calibration = getattr(state.engine, "calibration", None)
+    calibration = getattr(engine, "calibration", None)
     _constrain_output_options(components, model_config, calibrated=bool(calibration and calibration.texts))
     # 6. an instruction only for an LLM reranker (a model with a pair template)
     if model_config.task != "score" or model_config.pair_template is None:

@@ -110,6 +110,18 @@ class RequestModel(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
 
+MODEL_HELP = (
+    "wde: the served model to use (GET /v1/models); null: the first served model of the route's kind "
+    "(an embedding model for the embedding routes, a cross-encoder for /rerank and /predict)"
+)
+
+
+class TEIRequestModel(RequestModel):
+    """A TEI route's body: TEI's fields, plus the optional ``model`` of a multi-model wde server."""
+
+    model: str | None = Field(None, description=MODEL_HELP)
+
+
 def _right_only(value: str) -> str:
     if value.lower() != "right":
         raise ValueError(
@@ -128,7 +140,7 @@ TruncationDirection = Annotated[
 
 
 # ---- TEI ----------------------------------------------------------------------------------------------
-class EmbedRequest(RequestModel):
+class EmbedRequest(TEIRequestModel):
     inputs: Inputs
     normalize: StrictBool = True
     truncate: StrictBool | None = Field(None, description="null: the server's --truncate default")
@@ -139,7 +151,7 @@ class EmbedRequest(RequestModel):
     long_input: LongInput | None = Field(None, description=LONG_INPUT_HELP)
 
 
-class EmbedSparseRequest(RequestModel):
+class EmbedSparseRequest(TEIRequestModel):
     """TEI ``POST /embed_sparse``: SPLADE vocabulary weights per input (``max_active_dims`` is wde's: keep the
     largest weights only, as sentence-transformers' SparseEncoder.encode does)."""
 
@@ -152,7 +164,7 @@ class EmbedSparseRequest(RequestModel):
     )
 
 
-class EmbedAllRequest(RequestModel):
+class EmbedAllRequest(TEIRequestModel):
     """TEI ``POST /embed_all``: every scored token's vector per input (a multi-vector model: ColBERT,
     BGE-M3). ``input_type`` is wde's: a late-interaction model's query or document side."""
 
@@ -168,7 +180,7 @@ class SparseValue(BaseModel):
     value: float  # its weight (> 0)
 
 
-class TokenizeRequest(RequestModel):
+class TokenizeRequest(TEIRequestModel):
     inputs: Annotated[
         list[Any],
         PlainValidator(parse_inputs, json_schema_input_type=str | Annotated[list[str], Field(min_length=1)]),
@@ -191,7 +203,7 @@ INSTRUCTION_HELP = (
 )
 
 
-class RerankRequest(RequestModel):
+class RerankRequest(TEIRequestModel):
     """TEI ``POST /rerank`` with ``texts`` (a body with ``documents`` is a ``CohereRerankRequest``)."""
 
     query: StrictStr
@@ -236,7 +248,7 @@ def parse_predict_inputs(value: Any) -> tuple[list[str | tuple[str, str]], bool]
     return sequences, True
 
 
-class PredictRequest(RequestModel):
+class PredictRequest(TEIRequestModel):
     """TEI ``POST /predict``: a classifier's label scores for texts or text pairs."""
 
     inputs: Annotated[
@@ -284,6 +296,12 @@ class ModelType(BaseModel):
     classifier: ClassifierModelType | None = None
 
 
+class ResultCacheInfo(BaseModel):
+    size_mib: float  # --cache-size (0: off)
+    max_bytes: int
+    deduplicate: bool  # identical inputs of one request run once
+
+
 class InfoResponse(BaseModel):
     model_id: str
     model_sha: str | None = None
@@ -294,7 +312,7 @@ class InfoResponse(BaseModel):
     outputs: list[str]  # an embedding model's output kinds ("dense", "sparse"), default first (not in TEI's)
     max_concurrent_requests: int
     max_input_length: int
-    max_batch_tokens: int
+    max_batch_tokens: int | None  # null: "auto", sized when the model loads
     max_batch_requests: int
     max_client_batch_size: int
     auto_truncate: bool
@@ -302,9 +320,13 @@ class InfoResponse(BaseModel):
     version: str
     sha: str | None = None
     docker_label: str | None = None
-    attention_backend: str
+    attention_backend: str | None  # null for a model not loaded now (--max-loaded-models)
     device: str
     executor: str
+    result_cache: ResultCacheInfo
+    loaded: bool  # its engine is loaded and ready (wde's)
+    num_loads: int  # engines made for it: 1, more when --max-loaded-models reloaded it (wde's)
+    models: list[InfoResponse] | None = None  # a multi-model server: every model (wde's)
 
 
 class HealthResponse(BaseModel):

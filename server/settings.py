@@ -33,6 +33,8 @@ class ServerSettings:
     cors_allow_origins: list[str] | None = None  # browser origins allowed (CORS; "*": any); off when unset
     batch_dir: str = "~/.cache/wde/batches"  # the Batch API's files and batches, kept across restarts
     batch_lines_in_flight: int = 16  # lines of a running batch in the engine at once (a window, not all)
+    # several models: at most this many loaded at once, the least recently used unloaded for another
+    max_loaded_models: int | None = None
     # OpenTelemetry traces (the otel extra): on / off; unset: on when OTEL_* configures an exporter
     otel: bool | None = None
 
@@ -51,6 +53,10 @@ class ServerSettings:
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValueError(f"{name} must be a positive int, got {value!r}")
+        if self.max_loaded_models is not None and (
+            isinstance(self.max_loaded_models, bool) or self.max_loaded_models < 1
+        ):
+            raise ValueError(f"max_loaded_models must be a positive int, got {self.max_loaded_models!r}")
         if self.retry_after_seconds < 0:
             raise ValueError(f"retry_after_seconds must be >= 0, got {self.retry_after_seconds}")
         if self.api_key is not None and not self.api_key:

@@ -17,19 +17,24 @@ import logging
 import secrets
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Protocol
 
 from server.batches.batch_store import ACTIVE, BatchStore, usage
 from server.batches.file_store import FileNotFound, FileStore
 from server.batches.input_lines import InputFileError, LineError, LineRequest, read_lines
 from server.batches.line_dispatch import RouteDispatcher
 from server.batches.progress import Progress
-from wde.engine.async_llm_engine import AsyncLLMEngine
 from wde.engine.engine_thread import EngineUnavailableError
 
 logger = logging.getLogger("wde.server.batches")
 
 UNAVAILABLE = 503  # the engine takes no work (shutting down, or dead): stop, resume on the next start
+
+
+class Startable(Protocol):
+    """What the runner waits on before a batch: the server's engines (``ModelRegistry``) or one engine."""
+
+    def wait_until_ready(self, timeout: float | None = None) -> None: ...
 
 
 class BatchRunner:
@@ -38,7 +43,7 @@ class BatchRunner:
         files: FileStore,
         batches: BatchStore,
         dispatcher: RouteDispatcher,
-        engine: AsyncLLMEngine,
+        engine: Startable,
         is_draining: Callable[[], bool],
         max_lines_in_flight: int,
     ) -> None:

@@ -12,12 +12,11 @@ from typing import Any
 from fastapi import FastAPI
 from starlette.requests import HTTPConnection
 
-from server.batches.batch_runner import BatchRunner
+from server.batches.batch_runner import BatchRunner, Startable
 from server.batches.batch_store import ACTIVE, CANCELLABLE, BatchStore, new_batch
 from server.batches.file_store import FileStore
 from server.batches.line_dispatch import RouteDispatcher
 from server.batches.progress import Progress
-from wde.engine.async_llm_engine import AsyncLLMEngine
 
 logger = logging.getLogger("wde.server.batches")
 
@@ -31,7 +30,7 @@ class BatchService:
         self,
         folder: Path,
         app: FastAPI,
-        engine: AsyncLLMEngine,
+        engine: Startable,
         is_draining: Callable[[], bool],
         max_lines_in_flight: int,
     ) -> None:

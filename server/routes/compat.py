@@ -29,6 +29,7 @@ from server.protocol import (
 from server.responses import ORJSONResponse
 from server.routes import embed, embed_all, embed_sparse, openai, predict, rerank
 from wde.config import ModelConfig
+from wde.engine.engine_thread import EngineUnavailableError
 
 router = APIRouter(tags=["TEI"])
 
@@ -57,7 +58,11 @@ def root_bodies(model_config: ModelConfig) -> tuple[str, ...]:
 @router.post("/", response_class=ORJSONResponse, description=DESCRIPTION)
 @router.post("/invocations", response_class=ORJSONResponse, description=DESCRIPTION)
 async def compat(request: Request, body: dict[str, Any] = Body(...)) -> ORJSONResponse:  # noqa: B008
-    model_config = get_state(request).engine.info.model_config
+    state = get_state(request)
+    model = body.get("model")
+    model_config = state.models.resolve(model if isinstance(model, str) else None).model_config
+    if model_config is None:  # still loading
+        raise EngineUnavailableError("the model is loading; retry when GET /health answers 200")
     if model_config.task == "embed":
         if "input" in body:
             return await openai.create_embeddings(_validate(_OPENAI, body), request)

@@ -6,6 +6,7 @@ from fastapi import APIRouter, Request
 
 from server.access_log import record_usage
 from server.app_state import get_state
+from server.model_registry import EMBED
 from server.protocol import EmbedRequest
 from server.responses import ORJSONResponse
 from wde.inputs import PoolingParams
@@ -28,7 +29,8 @@ async def embed(body: EmbedRequest, request: Request) -> ORJSONResponse:
         precision=None if body.precision == "float32" else body.precision,
         long_input=body.long_input,
     )
-    outputs = await state.engine.encode(body.inputs, params)
+    async with state.use_model(body.model, EMBED) as model:
+        outputs = await model.engine.encode(body.inputs, params)
     record_usage(request.state, len(outputs), sum(output.num_tokens for output in outputs))
     # 3. float32 (or quantized int8 / uint8) vectors straight to orjson
     return ORJSONResponse([output.embedding for output in outputs])

@@ -7,6 +7,7 @@ from fastapi import APIRouter, Request, Response
 
 from server.access_log import record_usage
 from server.app_state import get_state
+from server.model_registry import EMBED
 from server.protocol import EmbedAllRequest
 from server.responses import streamed_json_array
 from wde.inputs import PoolingParams
@@ -27,7 +28,8 @@ async def embed_all(body: EmbedAllRequest, request: Request) -> Response:
         output="multi_vector",
         input_type=body.input_type,
     )
-    outputs: list[MultiVectorOutput] = await state.engine.encode(body.inputs, params)
+    async with state.use_model(body.model, EMBED) as model:
+        outputs: list[MultiVectorOutput] = await model.engine.encode(body.inputs, params)
     record_usage(request.state, len(outputs), sum(output.num_tokens for output in outputs))
     # 3. TEI's shape, streamed an input at a time: its [num_vectors, size] float32 array straight to orjson
     return streamed_json_array([output.vectors for output in outputs])

@@ -7,6 +7,7 @@ from fastapi import APIRouter, Request
 
 from server.access_log import record_usage
 from server.app_state import get_state
+from server.model_registry import EMBED
 from server.protocol import EmbedSparseRequest, SparseValue
 from server.responses import ORJSONResponse
 from wde.inputs import PoolingParams
@@ -27,7 +28,8 @@ async def embed_sparse(body: EmbedSparseRequest, request: Request) -> ORJSONResp
         output="sparse",
         max_active_dims=body.max_active_dims,
     )
-    outputs: list[SparseEmbeddingOutput] = await state.engine.encode(body.inputs, params)
+    async with state.use_model(body.model, EMBED) as model:
+        outputs: list[SparseEmbeddingOutput] = await model.engine.encode(body.inputs, params)
     record_usage(request.state, len(outputs), sum(output.num_tokens for output in outputs))
     # 3. TEI's shape
     return ORJSONResponse([sparse_values(output) for output in outputs])

@@ -9,6 +9,7 @@ import wde
 from server.app_state import AppState, get_state
 from server.engine_monitor import wedged_reason
 from server.errors import ServerDrainingError
+from server.model_registry import ServedModel
 from server.protocol import HealthResponse, InfoResponse
 from server.responses import ORJSONResponse
 from wde.engine.engine_thread import EngineDeadError, EngineState, EngineUnavailableError
@@ -18,32 +19,50 @@ router = APIRouter(tags=["TEI"])
 
 @router.get("/health", response_model=HealthResponse, response_class=ORJSONResponse)
 async def health(request: Request) -> ORJSONResponse:
+    """Ready when every loaded model is (a model unloaded by --max-loaded-models loads on demand)."""
     state = get_state(request)
-    engine = state.engine
     if state.draining:
         raise ServerDrainingError("the server is shutting down")
-    if engine.state == EngineState.FAILED:
-        raise EngineDeadError(engine.unavailable_reason)
-    if not engine.is_ready:
-        raise EngineUnavailableError(engine.unavailable_reason)
-    wedged = wedged_reason(engine, state.settings.max_batch_seconds)
-    if wedged:
-        raise EngineUnavailableError(wedged)
+    for model in state.models.loaded():
+        engine = model.engine
+        if engine is None or model.evicting:
+            continue  # unloading for another model: not a failure
+        prefix = f"model {model.name!r}: " if state.models.is_multi_model else ""
+        if engine.state == EngineState.FAILED:
+            raise EngineDeadError(prefix + engine.unavailable_reason)
+        if not engine.is_ready:
+            raise EngineUnavailableError(prefix + engine.unavailable_reason)
+        wedged = wedged_reason(engine, state.settings.max_batch_seconds)
+        if wedged:
+            raise EngineUnavailableError(prefix + wedged)
     return ORJSONResponse({"status": "ready"})
 
 
 @router.get("/info", response_model=InfoResponse, response_class=ORJSONResponse)
 async def info(request: Request) -> ORJSONResponse:
-    return ORJSONResponse(describe(get_state(request)))
+    """TEI's /info of the default (first) model; a multi-model server lists every model in ``models``."""
+    state = get_state(request)
+    default = describe(state, state.models.default)
+    if state.models.is_multi_model:
+        default["models"] = [describe(state, model) for model in state.models.models]
+    return ORJSONResponse(default)
 
 
-def describe(state: AppState) -> dict:
-    engine_info = state.engine.info
-    engine_config = engine_info.engine_config
+def describe(state: AppState, model: ServedModel) -> dict:
+    """One model's TEI /info fields: from its loaded engine, else from its configuration (read at
+    start-up; ``attention_backend`` is then null: it is chosen when the model loads)."""
+    engine = model.engine
+    if engine is not None and engine.is_ready:
+        engine_config, attention_backend = engine.info.engine_config, engine.info.attention_backend
+    elif model.config is not None:
+        engine_config, attention_backend = model.config, None
+    else:
+        engine_config, attention_backend = engine.info.engine_config, None  # raises 503 while loading
     model_config = engine_config.model_config
     scheduler_config = engine_config.scheduler_config
+    max_batch_tokens = scheduler_config.max_num_batched_tokens
     return {
-        "model_id": state.served_model_name,
+        "model_id": model.name,
         "model_sha": None,
         "model_dtype": model_config.dtype,
         "quantization": model_config.quantization,
@@ -52,7 +71,7 @@ def describe(state: AppState) -> dict:
         "outputs": list(model_config.outputs) if model_config.task == "embed" else [],
         "max_concurrent_requests": state.settings.max_concurrent_requests,
         "max_input_length": model_config.max_model_len,
-        "max_batch_tokens": scheduler_config.max_num_batched_tokens,
+        "max_batch_tokens": max_batch_tokens if isinstance(max_batch_tokens, int) else None,
         "max_batch_requests": scheduler_config.max_num_seqs,
         "max_client_batch_size": state.settings.max_client_batch_size,
         "auto_truncate": model_config.truncate,
@@ -60,18 +79,21 @@ def describe(state: AppState) -> dict:
         "version": wde.__version__,
         "sha": None,
         "docker_label": None,
-        "attention_backend": engine_info.attention_backend,
+        "attention_backend": attention_backend,
         "device": engine_config.device_config.device,
         "executor": engine_config.device_config.executor,
-        "result_cache": _result_cache(state),
+        "result_cache": _result_cache(model),
+        "loaded": engine is not None and engine.is_ready,
+        "num_loads": model.num_loads,
     }
 
 
-def _result_cache(state: AppState) -> dict:
+def _result_cache(model: ServedModel) -> dict:
     """--cache-size (MiB; 0: off) and whether identical inputs of a request run once (with the cache on)."""
-    reuse = state.engine.result_reuse
+    engine = model.engine
+    reuse = None if engine is None else engine.result_reuse
     return {
-        "size_mib": state.engine.engine_args.cache_size,
+        "size_mib": model.engine_args.cache_size,
         "max_bytes": 0 if reuse is None else reuse.cache.max_bytes,
         "deduplicate": reuse is not None,
     }

@@ -10,6 +10,7 @@ from fastapi import APIRouter, Request, Response
 
 from server.access_log import record_usage
 from server.app_state import get_state
+from server.model_registry import EMBED
 from server.protocol import EmbeddingRequest, EmbeddingResponse, ModelList
 from server.responses import ORJSONResponse, dumps, streamed_json_array
 from wde.inputs import PoolingParams
@@ -21,8 +22,7 @@ router = APIRouter(prefix="/v1", tags=["OpenAI"])
 @router.post("/embeddings", response_model=EmbeddingResponse, response_class=ORJSONResponse)
 async def create_embeddings(body: EmbeddingRequest, request: Request) -> Response:
     state = get_state(request)
-    # 1. the model and the limits
-    state.check_model(body.model)
+    # 1. the limits
     state.check_num_inputs(len(body.input), "input")
     if any(isinstance(item, dict) for item in body.input):
         state.warn_token_ids_once()
@@ -36,7 +36,8 @@ async def create_embeddings(body: EmbeddingRequest, request: Request) -> Respons
         precision=None if body.precision == "float32" else body.precision,
         long_input=body.long_input,
     )
-    outputs = await state.engine.encode(body.input, params)
+    async with state.use_model(body.model, EMBED) as model:  # 404 for a model not served
+        outputs = await model.engine.encode(body.input, params)
     # 3. the response: each kind as floats, or base64 of little-endian float32 (int32 sparse ids)
     base64_format = body.encoding_format == "base64"
     num_tokens = sum(output.num_tokens for output in outputs)
@@ -47,19 +48,20 @@ async def create_embeddings(body: EmbeddingRequest, request: Request) -> Respons
     ]
     usage = {"prompt_tokens": num_tokens, "total_tokens": num_tokens}
     if "multi_vector" not in params.kinds("dense"):
-        return ORJSONResponse(
-            {"object": "list", "data": data, "model": state.served_model_name, "usage": usage}
-        )
+        return ORJSONResponse({"object": "list", "data": data, "model": model.name, "usage": usage})
     # token vectors are large: the body is streamed an input at a time
-    tail = dumps({"model": state.served_model_name, "usage": usage})
+    tail = dumps({"model": model.name, "usage": usage})
     return streamed_json_array(data, prefix=b'{"object":"list","data":', suffix=b"," + tail[1:])
 
 
 @router.get("/models", response_model=ModelList, response_class=ORJSONResponse)
 async def list_models(request: Request) -> ORJSONResponse:
     state = get_state(request)
-    card = {"id": state.served_model_name, "object": "model", "created": state.created, "owned_by": "wde"}
-    return ORJSONResponse({"object": "list", "data": [card]})
+    cards = [
+        {"id": name, "object": "model", "created": state.created, "owned_by": "wde"}
+        for name in state.models.names
+    ]
+    return ORJSONResponse({"object": "list", "data": cards})
 
 
 def embedding_value(

@@ -13,6 +13,7 @@ from fastapi import APIRouter, Request
 
 from server.access_log import record_usage
 from server.app_state import get_state
+from server.model_registry import SCORE
 from server.protocol import Prediction, PredictRequest
 from server.responses import ORJSONResponse
 
@@ -28,9 +29,10 @@ async def predict(body: PredictRequest, request: Request) -> ORJSONResponse:
     # 1. limits
     state.check_num_inputs(len(inputs), "inputs")
     # 2. the engine: logits, activated here as TEI does
-    outputs = await state.engine.classify(inputs, truncate=body.truncate, raw_scores=True)
+    async with state.use_model(body.model, SCORE) as model:
+        outputs = await model.engine.classify(inputs, truncate=body.truncate, raw_scores=True)
+        id2label = model.engine.info.model_config.hf_config.get("id2label") or {}
     record_usage(request.state, len(outputs), sum(output.num_tokens for output in outputs))
-    id2label = state.engine.info.model_config.hf_config.get("id2label") or {}
     predictions = [_labels(output.scores, id2label, body.raw_scores) for output in outputs]
     # 3. TEI's shape
     return ORJSONResponse(predictions if is_batch else predictions[0])

@@ -16,6 +16,7 @@ from fastapi import APIRouter, Request
 
 from server.access_log import record_usage
 from server.app_state import get_state
+from server.model_registry import SCORE
 from server.protocol import (
     AnyRerankRequest,
     CohereRerankRequest,
@@ -50,16 +51,17 @@ async def tei_rerank(body: RerankRequest, request: Request) -> ORJSONResponse:
     # 1. limits
     state.check_num_inputs(len(body.texts), "texts")
     # 2. the engine (bad input raises: 422 / 400)
-    results, num_tokens = await state.engine.rerank(
-        body.query,
-        body.texts,
-        return_documents=body.return_text,
-        raw_scores=body.raw_scores,
-        truncate=body.truncate,
-        instruction=body.instruction,
-        long_input=body.long_input,
-        chunk_score=body.chunk_score,
-    )
+    async with state.use_model(body.model, SCORE) as model:
+        results, num_tokens = await model.engine.rerank(
+            body.query,
+            body.texts,
+            return_documents=body.return_text,
+            raw_scores=body.raw_scores,
+            truncate=body.truncate,
+            instruction=body.instruction,
+            long_input=body.long_input,
+            chunk_score=body.chunk_score,
+        )
     record_usage(request.state, len(body.texts), num_tokens)
     # 3. TEI's shape: [{"index", "score", "text"?}], best first
     ranks: list[dict[str, Any]] = []
@@ -73,19 +75,19 @@ async def tei_rerank(body: RerankRequest, request: Request) -> ORJSONResponse:
 
 async def cohere_rerank(body: CohereRerankRequest, request: Request, api_version: str) -> ORJSONResponse:
     state = get_state(request)
-    # 1. the model and the limits
-    state.check_model(body.model)
+    # 1. the limits
     state.check_num_inputs(len(body.documents), "documents")
-    # 2. the engine
-    results, num_tokens = await state.engine.rerank(
-        body.query,
-        body.document_texts(),
-        top_n=body.top_n,
-        max_tokens_per_doc=body.max_tokens_per_doc,
-        instruction=body.instruction,
-        long_input=body.long_input,
-        chunk_score=body.chunk_score,
-    )
+    # 2. the model (404 for one not served) and the engine
+    async with state.use_model(body.model, SCORE) as model:
+        results, num_tokens = await model.engine.rerank(
+            body.query,
+            body.document_texts(),
+            top_n=body.top_n,
+            max_tokens_per_doc=body.max_tokens_per_doc,
+            instruction=body.instruction,
+            long_input=body.long_input,
+            chunk_score=body.chunk_score,
+        )
     record_usage(request.state, len(body.documents), num_tokens)
     # 3. Cohere's shape (with Jina's model / usage alongside)
     entries = []
@@ -100,7 +102,7 @@ async def cohere_rerank(body: CohereRerankRequest, request: Request, api_version
             "id": str(uuid.uuid4()),
             "results": entries,
             "meta": {"api_version": {"version": api_version}, "billed_units": {"search_units": 1}},
-            "model": state.served_model_name,
+            "model": model.name,
             "usage": {"total_tokens": num_tokens},
         }
     )

@@ -54,7 +54,7 @@ async def asgi_client(
         async with httpx.AsyncClient(transport=transport, base_url="http://wde.test", timeout=60) as client:
             yield client, state
     finally:
-        engine.remove_stats_listener(state.metrics)
+        state.detach()
 
 
 async def wait_for(condition: Callable[[], bool], timeout: float = 30.0, what: str = "condition") -> None:
@@ -103,5 +103,5 @@ def live_uvicorn(
     finally:
         server.should_exit = True
         thread.join(timeout)
-        engine.remove_stats_listener(app.state.wde.metrics)
+        app.state.wde.detach()
         sock.close()

@@ -37,6 +37,8 @@ class FakeEngine:
         model_config = SimpleNamespace(
             task="embed",
             architecture="FakeModel",
+            model="fake",
+            served_model_name=None,
             outputs=("dense",),
             long_input="truncate",
             long_input_overlap=0,

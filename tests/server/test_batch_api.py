@@ -75,7 +75,7 @@ async def batch_client(
             yield AsyncOpenAI(base_url="http://wde.test/v1", api_key="unused", http_client=http), http
     finally:
         await app.state.batches.stop()
-        engine.remove_stats_listener(app.state.wde.metrics)
+        app.state.wde.detach()
 
 
 async def run_batch(client: AsyncOpenAI, content: bytes, endpoint: str, timeout: float = 120.0) -> Any:

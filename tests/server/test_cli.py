@@ -32,11 +32,11 @@ def test_every_engine_and_server_field_is_a_flag() -> None:
     args = parse()
     for name in EngineArgs.field_names() + ServerSettings.field_names():
         assert hasattr(args, name), name
-    assert args.model is None and args.host == "127.0.0.1" and args.port == 8000
+    assert args.model == [] and args.host == "127.0.0.1" and args.port == 8000
     assert args.payload_limit == 2_000_000 and args.max_concurrent_requests == 512
     args = parse("/models/x", "--max-num-batched-tokens", "512", "--no-truncate", "--dtype", "bfloat16")
     assert (args.model, args.max_num_batched_tokens, args.truncate, args.dtype) == (
-        "/models/x",
+        ["/models/x"],
         512,
         False,
         "bfloat16",
@@ -62,7 +62,7 @@ def test_environment_sets_defaults_and_flags_win(monkeypatch: pytest.MonkeyPatch
         1024,
         False,
         "k",
-        "/models/y",
+        ["/models/y"],
         9000,
     )
     assert parse("--max-num-batched-tokens", "64", "--port", "1").max_num_batched_tokens == 64

@@ -112,7 +112,7 @@ async def test_openai_sdk_with_extra_body(m3_engine: AsyncLLMEngine) -> None:
         )
     finally:
         await http_client.aclose()
-        m3_engine.remove_stats_listener(app.state.wde.metrics)
+        app.state.wde.detach()
     # the SDK asks for base64 unless told otherwise: a sparse embedding's fields come back packed
     for item in response.data:
         indices, values = _unpack(item.embedding["indices"], "<i4"), _unpack(item.embedding["values"], "<f4")

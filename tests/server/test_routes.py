@@ -309,14 +309,14 @@ async def test_over_max_concurrent_requests_is_429_at_once(async_engine: AsyncLL
 
 async def test_cancelled_request_is_aborted_in_the_engine(async_engine: AsyncLLMEngine) -> None:
     async with asgi_client(async_engine) as (client, state):
-        aborted_before = state.metrics.aborted._value.get()
+        aborted_before = state.metrics.aborted.labels(state.served_model_name)._value.get()
         request = asyncio.create_task(client.post("/embed", json={"inputs": [LONG_TEXT] * 64}))
         await wait_for(lambda: async_engine.num_waiting >= 32, what="requests queued in the engine")
         request.cancel()
         with pytest.raises(asyncio.CancelledError):
             await request
         await wait_for(lambda: async_engine.num_unfinished == 0, what="the engine to be empty")
-        assert state.metrics.aborted._value.get() > aborted_before
+        assert state.metrics.aborted.labels(state.served_model_name)._value.get() > aborted_before
         assert state.num_in_flight == 0
 
 

@@ -137,7 +137,7 @@ async def test_off_by_default_no_middleware_no_observer_no_clock(
         response = await post(app, "/embed", {"inputs": TEXTS[:1]}, {"traceparent": TRACEPARENT})
         assert response.status_code == 200 and "traceparent" not in response.headers
     finally:
-        async_engine.remove_stats_listener(app.state.wde.metrics)
+        app.state.wde.detach()
 
 
 async def test_the_traced_engine_scheduler_tokenizes_through_the_clock(traced) -> None:

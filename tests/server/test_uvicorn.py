@@ -39,14 +39,15 @@ def live_server(async_engine: AsyncLLMEngine) -> Iterator[LiveServer]:
 
 
 def scrape(url: str) -> dict[str, float]:
-    """Unlabelled samples of /metrics, by sample name."""
+    """Samples of /metrics by sample name: unlabelled ones, and those labelled only by ``model`` summed over
+    the models."""
     text = httpx.get(f"{url}/metrics", timeout=TIMEOUT).text
-    return {
-        sample.name: sample.value
-        for family in text_string_to_metric_families(text)
-        for sample in family.samples
-        if not sample.labels
-    }
+    values: dict[str, float] = {}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            if set(sample.labels) <= {"model"}:
+                values[sample.name] = values.get(sample.name, 0.0) + sample.value
+    return values
 
 
 def test_openai_sdk_float_and_base64_equal_llm_encode(live_server: LiveServer, default_llm) -> None:

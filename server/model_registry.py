@@ -1,0 +1,244 @@
+"""``ModelRegistry``: the models one server serves, each with its own engine, picked per request by name.
+
+- A request names its model (OpenAI / Cohere ``model``; the TEI routes take an optional ``model`` field as
+  well). Without one it goes to the first listed model whose task serves the route (embedding routes: an
+  embedding model; /rerank, /predict: a cross-encoder), else to the first model. An unknown name is a 404
+  naming the served ones; a server of ONE model answers any name (as TEI does) unless
+  --strict-model-name.
+- ``--max-loaded-models N``: at most N engines are loaded. A request for an unloaded model waits (holding
+  its admission slot) while the least recently used idle model is unloaded (its requests in flight
+  finish first) and its own model loads; loads are serialized, first come first served. A model that
+  fails to load answers 503 naming it and the error; the next request for it tries again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import AsyncIterator, Callable, Sequence
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+
+from server.errors import ModelNotFoundError
+from server.model_memory import check_models_fit
+from wde.config import EngineConfig, ModelConfig
+from wde.engine.async_llm_engine import AsyncLLMEngine
+from wde.engine.engine_thread import EngineUnavailableError
+from wde.engine_args import EngineArgs
+
+logger = logging.getLogger("wde.server")
+
+EngineHook = Callable[["ServedModel", AsyncLLMEngine], None]
+
+# The task whose models serve a route by default: "embed" (embedding models) or "score" (cross-encoders).
+EMBED, SCORE = "embed", "score"
+
+
+@dataclass(eq=False)
+class ServedModel:
+    engine_args: EngineArgs
+    engine: AsyncLLMEngine | None = None  # None while unloaded
+    # the resolved configuration (name, task, limits) when known before loading: a multi-model server
+    # reads it at start-up, to route and to answer /v1/models and /info without loading
+    config: EngineConfig | None = None
+    num_in_use: int = 0  # requests holding this model (``ModelRegistry.use``)
+    last_used: float = field(default_factory=time.monotonic)
+    num_loads: int = 0
+    evicting: bool = False  # chosen to be unloaded: new requests wait for the next load
+
+    @property
+    def model_config(self) -> ModelConfig | None:
+        """The model's configuration: read at start-up, else its loaded engine's (None while loading)."""
+        if self.config is not None:
+            return self.config.model_config
+        if self.engine is not None and self.engine.is_ready:
+            return self.engine.info.model_config
+        return None
+
+    @property
+    def name(self) -> str:
+        """The served name: --served-model-name, else the model as given (the bundled model's hub id)."""
+        model_config = self.model_config
+        if self.engine_args.served_model_name or model_config is None:
+            return self.engine_args.served_model_name or self.engine_args.model or "default"
+        return model_config.served_model_name or model_config.model
+
+    @property
+    def task(self) -> str | None:
+        model_config = self.model_config
+        return None if model_config is None else model_config.task
+
+    @property
+    def is_loaded(self) -> bool:
+        return self.engine is not None
+
+
+class ModelRegistry:
+    def __init__(
+        self,
+        models: Sequence[ServedModel],
+        max_loaded_models: int | None = None,
+        make_engine: Callable[[EngineArgs], AsyncLLMEngine] = AsyncLLMEngine,
+        strict_names: bool = False,
+    ) -> None:
+        if not models:
+            raise ValueError("no model to serve; name one (wde serve MODEL) or leave it out for the default")
+        if max_loaded_models is not None and max_loaded_models < 1:
+            raise ValueError(f"max_loaded_models must be >= 1, got {max_loaded_models}")
+        self.models = list(models)
+        names = [model.name for model in self.models]
+        duplicates = sorted({name for name in names if names.count(name) > 1})
+        if duplicates:
+            raise ValueError(
+                f"two models are served as {duplicates}; give each its own served_model_name (models.yaml)"
+            )
+        self.max_loaded_models = max_loaded_models or len(self.models)
+        self.make_engine = make_engine
+        self.strict_names = strict_names
+        self._engine_hooks: list[EngineHook] = []
+        self._swap_lock = asyncio.Lock()  # one load / unload at a time, first come first served
+        self._idle = asyncio.Condition()  # notified when a model's last request lets go of it
+
+    @classmethod
+    def from_engine_args(
+        cls,
+        engine_args: Sequence[EngineArgs],
+        max_loaded_models: int | None = None,
+        strict_names: bool = False,
+        available_bytes: int | None = None,
+    ) -> ModelRegistry:
+        """The models, their configurations read (names, tasks; raises ValueError for a bad folder or
+        flag) and, with several, checked to fit in memory together (``model_memory``)."""
+        models = [ServedModel(args, config=args.create_engine_config()) for args in engine_args]
+        if len(models) > 1:
+            check_models_fit(
+                [(model.name, model.config) for model in models],
+                max_loaded_models or len(models),
+                available_bytes,
+            )
+        return cls(models, max_loaded_models, strict_names=strict_names)
+
+    @classmethod
+    def of_engine(cls, engine: AsyncLLMEngine, strict_names: bool = False) -> ModelRegistry:
+        """One model, its engine made by the caller."""
+        return cls([ServedModel(engine.engine_args, engine)], strict_names=strict_names)
+
+    @property
+    def default(self) -> ServedModel:
+        return self.models[0]
+
+    @property
+    def is_multi_model(self) -> bool:
+        return len(self.models) > 1
+
+    @property
+    def names(self) -> list[str]:
+        return [model.name for model in self.models]
+
+    def loaded(self) -> list[ServedModel]:
+        return [model for model in self.models if model.is_loaded]
+
+    def add_engine_hook(self, hook: EngineHook) -> None:
+        """Call ``hook(model, engine)`` for every engine: the loaded ones now, each one made later before
+        it starts (metrics listeners, tracing)."""
+        self._engine_hooks.append(hook)
+        for model in self.loaded():
+            hook(model, model.engine)
+
+    def wait_until_ready(self, timeout: float | None = None) -> None:
+        """Block until every loaded engine is ready (raises as ``AsyncLLMEngine.wait_until_ready``)."""
+        for model in self.loaded():
+            engine = model.engine
+            if engine is not None and not model.evicting:
+                engine.wait_until_ready(timeout)
+
+    # ---- routing ----------------------------------------------------------------------------------
+    def resolve(self, name: str | None, task: str | None = None) -> ServedModel:
+        """The model a request names; without a name the first serving ``task`` (else the first)."""
+        if name is None:
+            if task is None:
+                return self.default
+            return next((model for model in self.models if model.task == task), self.default)
+        for model in self.models:
+            if model.name == name:
+                return model
+        if not self.is_multi_model and not self.strict_names:
+            return self.default  # one model: a client's default name ("rerank-v3.5") reaches it, as in TEI
+        served = ", ".join(repr(served_name) for served_name in self.names)
+        hint = " (--strict-model-name is on)" if not self.is_multi_model else ""
+        raise ModelNotFoundError(
+            f"model {name!r} is not served here; this server serves {served} (GET /v1/models){hint}"
+        )
+
+    @asynccontextmanager
+    async def use(self, name: str | None, task: str | None = None) -> AsyncIterator[ServedModel]:
+        """The model, loaded, held (not unloaded) until the block ends."""
+        model = self.resolve(name, task)
+        while not (model.is_loaded and not model.evicting):
+            async with self._swap_lock:
+                if not (model.is_loaded and not model.evicting):
+                    await self._make_room_for(model)
+                    await self._load(model)
+        model.num_in_use += 1
+        model.last_used = time.monotonic()
+        try:
+            yield model
+        finally:
+            model.num_in_use -= 1
+            if model.num_in_use == 0:
+                async with self._idle:
+                    self._idle.notify_all()
+
+    # ---- loading and unloading --------------------------------------------------------------------
+    def start(self) -> None:
+        """Make and start the engines of the first ``max_loaded_models`` models (each loads on its own
+        thread); engines made by the caller are started as well."""
+        for model in self.models[: self.max_loaded_models]:
+            if model.engine is None:
+                model.engine = self._new_engine(model)
+        for model in self.loaded():
+            model.engine.start()  # idempotent
+
+    def shutdown(self) -> None:
+        """Drain and stop every loaded engine (blocking: call from a worker thread)."""
+        for model in self.loaded():
+            model.engine.shutdown()
+
+    async def _make_room_for(self, model: ServedModel) -> None:
+        while len(self.loaded()) >= self.max_loaded_models:
+            victim = min(
+                (other for other in self.loaded() if other is not model), key=lambda other: other.last_used
+            )
+            victim.evicting = True
+            try:
+                async with self._idle:
+                    await self._idle.wait_for(lambda v=victim: v.num_in_use == 0)
+                logger.info(
+                    "unloading %s to load %s (--max-loaded-models %d)",
+                    victim.name,
+                    model.name,
+                    self.max_loaded_models,
+                )
+                await asyncio.to_thread(victim.engine.shutdown)
+                victim.engine = None
+            finally:
+                victim.evicting = False
+
+    async def _load(self, model: ServedModel) -> None:
+        engine = self._new_engine(model)
+        logger.info("loading %s", model.name)
+        engine.start()
+        try:
+            await asyncio.to_thread(engine.wait_until_ready)
+        except Exception as e:
+            await asyncio.to_thread(engine.shutdown)
+            raise EngineUnavailableError(f"model {model.name!r} failed to load: {e}") from e
+        model.engine = engine
+
+    def _new_engine(self, model: ServedModel) -> AsyncLLMEngine:
+        engine = self.make_engine(model.engine_args)
+        model.num_loads += 1
+        for hook in self._engine_hooks:
+            hook(model, engine)
+        return engine
