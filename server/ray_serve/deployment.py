@@ -33,6 +33,8 @@ from server.ray_serve.proxy_errors import PROXY_CALLBACK, PROXY_CALLBACK_ENV
 
 logger = logging.getLogger("wde.server")
 
+LOGS_HINT = "the replicas' logs are in /tmp/ray/session_latest/logs/serve/ (of the node that ran them)"
+
 
 class StopRequested(Exception):
     """SIGINT or SIGTERM arrived."""
@@ -91,9 +93,10 @@ def connect_ray(log_level: str, num_cpus: int | None = None) -> RaySession:
 
     address = os.environ.get("RAY_ADDRESS")
     start = time.perf_counter()
-    quiet = log_level not in ("info", "debug")
+    # the replicas' log lines (at --log-level: deploy() sets Serve's level) come to this terminal
+    log_to_driver = log_level != "critical"
     if address:
-        ray.init(address=address, logging_level=logging.WARNING, log_to_driver=not quiet)
+        ray.init(address=address, logging_level=logging.WARNING, log_to_driver=log_to_driver)
     else:
         # the proxies this cluster starts answer Ray's own 429 / 503 in our error shape (proxy_errors.py)
         os.environ.setdefault(PROXY_CALLBACK_ENV, PROXY_CALLBACK)
@@ -102,7 +105,7 @@ def connect_ray(log_level: str, num_cpus: int | None = None) -> RaySession:
             num_cpus=num_cpus,
             include_dashboard=False,
             logging_level=logging.WARNING,
-            log_to_driver=not quiet,
+            log_to_driver=log_to_driver,
         )
     resources = ray.cluster_resources()
     session = RaySession(
@@ -151,8 +154,28 @@ def deploy(session: RaySession, plan: ReplicaPlan, build_app: Callable[[], Any],
         **plan.deployment_options(),
     )
     application = deployment.bind(build_app, plan.cpus_per_replica, plan.route_prefix, log_level)
-    serve.run(application, name=plan.app_name, route_prefix=plan.route_prefix)
+    try:
+        # Serve's own lines at --log-level, without its access log: the app writes its own (wde.access)
+        logging_config = {"log_level": log_level.upper(), "enable_access_log": False}
+        serve.run(
+            application, name=plan.app_name, route_prefix=plan.route_prefix, logging_config=logging_config
+        )
+    except RuntimeError as e:
+        raise RuntimeError(f"{_failure_reason(plan.app_name) or e}; {LOGS_HINT}") from e
     session.timings["replicas ready"] = time.perf_counter() - start
+
+
+def _failure_reason(app_name: str) -> str:
+    """The last line of the deployment's status message (the replica's exception), or ""."""
+    from ray import serve
+
+    try:
+        deployments = serve.status().applications[app_name].deployments.values()
+        messages = [d.message for d in deployments if d.message]
+    except Exception:  # the reason is a courtesy: the logs have it
+        return ""
+    lines = [line.strip() for message in messages for line in message.splitlines() if line.strip()]
+    return lines[-1] if lines else ""
 
 
 def ready_line(session: RaySession, plan: ReplicaPlan) -> str:

@@ -20,7 +20,7 @@ from typing import Any
 DEFAULT_APP_NAME = "wde"
 HEADROOM = 8  # ongoing requests over 2 x --max-concurrent-requests that Ray may send one replica
 MAX_DEFAULT_TARGET = 8.0  # autoscaling: the default target of ongoing requests per replica, at most
-MAX_CONSTRUCTOR_RETRIES = 1  # a replica that fails to load is retried once, then the deploy fails
+MAX_CONSTRUCTOR_RETRIES = 3  # the deploy fails after 3 failed replica starts (Ray: 20), not 20 loads
 
 
 class RayServeUserError(ValueError):

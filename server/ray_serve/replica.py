@@ -16,6 +16,7 @@ Added around the app, nothing inside it:
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import time
 from collections.abc import AsyncIterator, Callable
@@ -83,7 +84,11 @@ def _ready_lifespan(inner: Callable[[Any], Any]) -> Callable[[Any], Any]:
     @asynccontextmanager
     async def lifespan(app: Any) -> AsyncIterator[Any]:
         async with inner(app) as state:
-            await wait_until_healthy(app, READY_TIMEOUT)
+            try:
+                await wait_until_healthy(app, READY_TIMEOUT)
+            except ReplicaNotReadyError as e:  # Ray reports a generic lifespan failure: say why here
+                logger.error("this replica cannot serve: %s", e)
+                raise
             yield state
 
     return lifespan
@@ -97,12 +102,20 @@ async def wait_until_healthy(app: ASGIApp, timeout: float) -> None:
         status, body, headers = await asgi_request(app, "GET", "/health")
         if status == 200:
             return
-        reason = body.decode(errors="replace")
+        reason = _error_message(body)
         if status == 503 and "retry-after" not in headers:
             raise ReplicaNotReadyError(f"the engine failed to load: {reason}")
         if time.monotonic() > deadline:
             raise ReplicaNotReadyError(f"the engine was not ready after {timeout:g} s: {reason}")
         await asyncio.sleep(READY_POLL)
+
+
+def _error_message(body: bytes) -> str:
+    """The "error" of the app's TEI-shaped error body, else the body."""
+    try:
+        return str(json.loads(body)["error"])
+    except (ValueError, KeyError, TypeError):
+        return body.decode(errors="replace")
 
 
 async def asgi_get(app: ASGIApp, path: str) -> tuple[int, bytes]:
