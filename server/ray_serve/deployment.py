@@ -54,6 +54,8 @@ class RaySession:
 
 
 def serve_on_ray(args: argparse.Namespace, build_app: Callable[[], Any]) -> int:
+    """``wde serve --ray``: ``args`` are the parsed ``wde serve`` flags, ``build_app`` a picklable
+    zero-argument callable returning the app (run in each replica). Blocks until SIGINT / SIGTERM."""
     # 1. Ray first: ray.init installs its own SIGTERM handler, which ours replaces
     try:
         session = connect_ray(args.log_level)
