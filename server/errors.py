@@ -36,6 +36,10 @@ class OverloadedError(Exception):
     """--max-concurrent-requests requests are in flight already."""
 
 
+class BatchDirInUseError(Exception):
+    """Another process holds --batch-dir: this one serves no Batch API (answered 503, no Retry-After)."""
+
+
 class ServerDrainingError(Exception):
     """The server is shutting down and takes no new requests."""
 
@@ -86,6 +90,7 @@ ERROR_TABLE: dict[type[BaseException], ErrorKind] = {
     # since this process will not recover: it exits for its supervisor to restart (--exit-on-engine-failure).
     EngineDeadError: ErrorKind(503, "Unhealthy", "server_error", "engine_dead", retry_after=False),
     EngineUnavailableError: ErrorKind(503, "Unhealthy", "server_error", "unavailable"),
+    BatchDirInUseError: ErrorKind(503, "Unhealthy", "server_error", "batch_dir_in_use", retry_after=False),
     RequestFailedError: SERVER_ERROR,
     Exception: SERVER_ERROR,
 }

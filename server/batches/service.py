@@ -15,8 +15,10 @@ from starlette.requests import HTTPConnection
 from server.batches.batch_runner import BatchRunner, Startable
 from server.batches.batch_store import ACTIVE, CANCELLABLE, BatchStore, new_batch
 from server.batches.file_store import FileStore
+from server.batches.folder_lock import FolderLock
 from server.batches.line_dispatch import RouteDispatcher
 from server.batches.progress import Progress
+from server.errors import BatchDirInUseError
 
 logger = logging.getLogger("wde.server.batches")
 
@@ -35,6 +37,8 @@ class BatchService:
         max_lines_in_flight: int,
     ) -> None:
         self.folder = folder
+        self.folder_lock: FolderLock | None = None  # held from start() to stop()
+        self.folder_in_use = False  # another process held the folder at start(): no Batch API here
         self.files = FileStore(folder / "files")
         self.batches = BatchStore(folder / "batches")
         self.runner = BatchRunner(
@@ -43,7 +47,13 @@ class BatchService:
 
     # ---- life cycle (the app's lifespan) ------------------------------------------------------------
     async def start(self) -> None:
-        """Load the batches on disk, queue the interrupted ones (oldest first), start the runner."""
+        """Take the folder (one process per --batch-dir: two would run the same batches), load the batches
+        on disk, queue the interrupted ones (oldest first), start the runner."""
+        self.folder_lock = await asyncio.to_thread(FolderLock.take, self.folder)
+        if self.folder_lock is None:
+            self.folder_in_use = True
+            logger.warning("the Batch API is off in this process: %s", self.unavailable_reason())
+            return
         for batch in await asyncio.to_thread(self._load):
             if batch["status"] in ACTIVE:
                 counts = batch["request_counts"]
@@ -59,6 +69,14 @@ class BatchService:
 
     async def stop(self) -> None:
         await self.runner.stop()
+        if self.folder_lock is not None:
+            self.folder_lock.release()
+
+    def unavailable_reason(self) -> str:
+        return (
+            f"another wde process uses --batch-dir {self.folder} for its Batch API; give each server its own "
+            "--batch-dir (Ray Serve replicas: run batches on a plain `wde serve`)"
+        )
 
     def _load(self) -> list[dict[str, Any]]:
         batches = self.batches.load()
@@ -109,5 +127,9 @@ class BatchService:
 
 
 def get_batches(connection: HTTPConnection) -> BatchService:
-    """The app's ``BatchService`` (``app.state.batches``), for a route handler."""
-    return connection.app.state.batches
+    """The app's ``BatchService`` (``app.state.batches``), for a route handler; 503 when another process
+    holds its folder."""
+    service: BatchService = connection.app.state.batches
+    if service.folder_in_use:
+        raise BatchDirInUseError(service.unavailable_reason())
+    return service

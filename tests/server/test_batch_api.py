@@ -333,6 +333,24 @@ async def test_a_stopped_batch_resumes_without_running_answered_lines(
     assert not progress.exists()  # finalized: the output file holds it all
 
 
+async def test_one_process_per_batch_dir_runs_its_batches(
+    async_engine: AsyncLLMEngine, tmp_path: Path
+) -> None:
+    """Two servers over one --batch-dir (two `wde serve` on one machine, Ray Serve replicas) would both resume
+    and run the same batches: the second gets no Batch API (503 naming the flag) until the first stops."""
+    async with batch_client(async_engine, tmp_path) as (client, _):
+        await client.files.create(
+            file=("a.jsonl", jsonl([embedding_line("a", {"input": "a"})])), purpose="batch"
+        )
+        async with batch_client(async_engine, tmp_path) as (_, second):
+            refused = await second.get("/v1/files")
+            assert refused.status_code == 503 and "retry-after" not in refused.headers
+            assert "--batch-dir" in refused.json()["error"]["message"]
+            assert (await second.post("/v1/embeddings", json={"input": "still served"})).status_code == 200
+    async with batch_client(async_engine, tmp_path) as (client, _):  # the first stopped: the folder is free
+        assert len((await client.files.list()).data) == 1
+
+
 # ---- priority: what a batch line submits waits for interactive requests ---------------------------------
 async def test_submissions_inside_priority_carry_it() -> None:
     loop = asyncio.get_running_loop()
