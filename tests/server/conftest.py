@@ -9,6 +9,7 @@ import time
 from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -35,6 +36,19 @@ def async_engine() -> AsyncLLMEngine:
     engine.wait_until_ready(timeout=120)
     yield engine
     engine.shutdown(timeout=60)
+
+
+@pytest.fixture(scope="session")
+def cross_encoder_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A tiny random one-label cross-encoder (BertForSequenceClassification) in HF layout."""
+    from tests.tiny_models import SEED, save_tiny_bert  # torch: only for the tests that use it
+
+    return save_tiny_bert(
+        tmp_path_factory.mktemp("server-ce"),
+        seed=SEED + 20,
+        architecture="BertForSequenceClassification",
+        num_labels=1,
+    )
 
 
 @pytest.fixture

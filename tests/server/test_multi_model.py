@@ -21,7 +21,6 @@ from prometheus_client.parser import text_string_to_metric_families
 from tests.server.conftest import TOLERANCE, asgi_client
 from tests.server.serve_process import ServeProcess, serve_process
 from tests.server.test_rerank_routes import DOCUMENTS, QUERY, SCORE_ATOL, reference_scores
-from tests.tiny_models import SEED, save_tiny_bert
 from wde import EngineArgs
 from wde.engine.async_llm_engine import AsyncLLMEngine
 
@@ -37,13 +36,8 @@ def embedder_dir() -> str:
 
 
 @pytest.fixture(scope="module")
-def reranker_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return save_tiny_bert(
-        tmp_path_factory.mktemp("multi-ce"),
-        seed=SEED + 20,
-        architecture="BertForSequenceClassification",
-        num_labels=1,
-    )
+def reranker_dir(cross_encoder_dir: Path) -> Path:
+    return cross_encoder_dir  # tests/server/conftest.py: a tiny random one-label cross-encoder
 
 
 @pytest.fixture(scope="module")

@@ -15,7 +15,7 @@ import pytest
 
 from server.settings import ServerSettings
 from tests.server.conftest import LiveServer, asgi_client, live_uvicorn
-from tests.tiny_models import BERT_MAX_POSITIONS, SEED, reference_logits, save_tiny_bert
+from tests.tiny_models import BERT_MAX_POSITIONS, reference_logits
 from wde import EngineArgs
 from wde.engine.async_llm_engine import AsyncLLMEngine
 
@@ -118,16 +118,6 @@ async def test_bad_rerank_requests_are_4xx_with_a_json_body(
         payload = response.json()
         assert "message" in payload["error"] if path.startswith("/v") else "error_type" in payload
         assert (await client.post("/rerank", json={"query": QUERY, "texts": ["still up"]})).status_code == 200
-
-
-@pytest.fixture(scope="module")
-def cross_encoder_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return save_tiny_bert(
-        tmp_path_factory.mktemp("server-ce"),
-        seed=SEED + 20,
-        architecture="BertForSequenceClassification",
-        num_labels=1,
-    )
 
 
 @pytest.fixture(scope="module")
