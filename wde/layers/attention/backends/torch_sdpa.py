@@ -9,16 +9,23 @@ a layer's spec (padding, causal, sliding window) is built on first use and share
 same spec. Grouped-query k / v are repeated to one per query head. A layer's additive position bias
 (``[num_heads, max_seqlen, max_seqlen]``) is cut to each group's length and joins the padding mask as a
 float mask.
+
+On a CPU with AVX-512F, float32 layers with a plain spec (bidirectional, no window, no position bias, every
+token a key) skip the groups: ``varlen_cpu``'s kernel attends each sequence in place on the flat batch (no
+padding, no gather / scatter copies; 2-4x faster than grouped SDPA at head size 32).
+``WDE_VARLEN_ATTENTION=0`` turns it off; the groups are then built on first use.
 """
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 
 import torch
 import torch.nn.functional as F
 
 from wde.layers.attention.backend import AttentionBackend, AttentionMetadata, allowed_keys
+from wde.layers.attention.backends import varlen_cpu
 from wde.layers.attention.spec import AttentionSpec
 
 # A group's longest sequence is at most this factor (or MIN_GROUP_SLACK tokens) longer than its shortest.
@@ -55,9 +62,57 @@ class SdpaGroup:
 
 @dataclass
 class SdpaMetadata(AttentionMetadata):
-    groups: list[SdpaGroup] = field(default_factory=list)
-    # [num_tokens]: row of each flat token in the concatenation of the groups' padded outputs
-    scatter_index: torch.Tensor | None = None
+    device: torch.device = field(default_factory=lambda: torch.device("cpu"))
+    # the varlen CPU kernel's inputs ([num_seqs + 1] int64 sequence starts, work order); None: not usable
+    seq_starts: torch.Tensor | None = None
+    work_order: torch.Tensor | None = None
+    _groups: list[SdpaGroup] | None = None
+    _scatter_index: torch.Tensor | None = None
+
+    @property
+    def groups(self) -> list[SdpaGroup]:
+        if self._groups is None:
+            self._build_groups()
+        return self._groups
+
+    @property
+    def scatter_index(self) -> torch.Tensor:
+        """[num_tokens]: row of each flat token in the concatenation of the groups' padded outputs"""
+        if self._scatter_index is None:
+            self._build_groups()
+        return self._scatter_index
+
+    def _build_groups(self) -> None:
+        seq_lens, num_keys, device = self.seq_lens, self.num_keys, self.device
+        seq_starts = [0]
+        for seq_len in seq_lens:
+            seq_starts.append(seq_starts[-1] + seq_len)
+        scatter_index = torch.empty(self.num_tokens, dtype=torch.int64)
+        num_padded_rows = 0
+        groups = []
+        for members in group_by_length(seq_lens):
+            lens = torch.tensor([seq_lens[i] for i in members])
+            max_len = int(lens.max())
+            slot = torch.arange(max_len)
+            # padded slots past a sequence's end repeat its first row: masked as keys, dropped as queries
+            starts = torch.tensor([seq_starts[i] for i in members])
+            valid = slot[None, :] < lens[:, None]  # [num_seqs, max_len]
+            gather_index = torch.where(valid, starts[:, None] + slot[None, :], starts[:, None])
+            rows = num_padded_rows + torch.arange(len(members) * max_len).view(len(members), max_len)
+            scatter_index[gather_index[valid]] = rows[valid]
+            num_padded_rows += len(members) * max_len
+            keys = valid  # the slots attended to: real tokens, the first num_keys of each when limited
+            if num_keys is not None:
+                keys = slot[None, :] < torch.tensor([num_keys[i] for i in members])[:, None]
+            groups.append(
+                SdpaGroup(
+                    len(members),
+                    max_len,
+                    gather_index.view(-1).to(device, non_blocking=True),
+                    None if bool(keys.all()) else keys.to(device, non_blocking=True),
+                )
+            )
+        self._groups, self._scatter_index = groups, scatter_index.to(device, non_blocking=True)
 
 
 def group_by_length(seq_lens: list[int]) -> list[list[int]]:
@@ -82,6 +137,11 @@ def with_bias(mask: torch.Tensor | None, bias: torch.Tensor) -> torch.Tensor:
     return bias[None].masked_fill(~mask, float("-inf"))  # [num_seqs, num_heads, max_len, max_len]
 
 
+def varlen_enabled() -> bool:
+    """The varlen CPU kernel may run (not switched off by WDE_VARLEN_ATTENTION=0, and built for this CPU)."""
+    return os.environ.get("WDE_VARLEN_ATTENTION", "1") != "0" and varlen_cpu.available()
+
+
 class TorchSdpaBackend(AttentionBackend):
     name = "torch_sdpa"
 
@@ -90,35 +150,10 @@ class TorchSdpaBackend(AttentionBackend):
         cls, seq_lens: list[int], device: torch.device, num_keys: list[int] | None = None
     ) -> SdpaMetadata:
         base = AttentionBackend.build_metadata(seq_lens, device, num_keys)
-        metadata = SdpaMetadata(base.seq_lens, base.cu_seqlens, base.max_seqlen, num_keys)
-        seq_starts = [0]
-        for seq_len in seq_lens:
-            seq_starts.append(seq_starts[-1] + seq_len)
-        scatter_index = torch.empty(metadata.num_tokens, dtype=torch.int64)
-        num_padded_rows = 0
-        for members in group_by_length(seq_lens):
-            lens = torch.tensor([seq_lens[i] for i in members])
-            max_len = int(lens.max())
-            slot = torch.arange(max_len)
-            # padded slots past a sequence's end repeat its first row: masked as keys, dropped as queries
-            starts = torch.tensor([seq_starts[i] for i in members])
-            valid = slot[None, :] < lens[:, None]  # [num_seqs, max_len]
-            gather_index = torch.where(valid, starts[:, None] + slot[None, :], starts[:, None])
-            rows = num_padded_rows + torch.arange(len(members) * max_len).view(len(members), max_len)
-            scatter_index[gather_index[valid]] = rows[valid]
-            num_padded_rows += len(members) * max_len
-            keys = valid  # the slots attended to: real tokens, the first num_keys of each when limited
-            if num_keys is not None:
-                keys = slot[None, :] < torch.tensor([num_keys[i] for i in members])[:, None]
-            metadata.groups.append(
-                SdpaGroup(
-                    len(members),
-                    max_len,
-                    gather_index.view(-1).to(device, non_blocking=True),
-                    None if bool(keys.all()) else keys.to(device, non_blocking=True),
-                )
-            )
-        metadata.scatter_index = scatter_index.to(device, non_blocking=True)
+        metadata = SdpaMetadata(base.seq_lens, base.cu_seqlens, base.max_seqlen, num_keys, device)
+        if device.type == "cpu" and num_keys is None and varlen_enabled():
+            metadata.seq_starts = base.cu_seqlens.to(torch.int64)
+            metadata.work_order = varlen_cpu.work_order(seq_lens)
         return metadata
 
     def forward(
@@ -129,6 +164,15 @@ class TorchSdpaBackend(AttentionBackend):
         metadata: SdpaMetadata,
         position_bias: torch.Tensor | None = None,  # [num_heads, max_seqlen, max_seqlen]
     ) -> torch.Tensor:
+        if (
+            metadata.seq_starts is not None
+            and position_bias is None
+            and self.spec.is_plain
+            and varlen_cpu.supports(query, key, value)
+        ):
+            return varlen_cpu.varlen_attention(
+                query, key, value, metadata.seq_starts, metadata.work_order, self.scale
+            )
         key, value = self.expand_kv(key, value)
         num_heads, head_size = query.shape[1:]
         outputs = []
