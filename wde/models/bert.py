@@ -138,10 +138,12 @@ class BertModel(nn.Module):
         return self.encoder(self.embeddings(input_ids, positions, token_type_ids))
 
     def compile_blocks(self) -> None:
-        """torch.compile the token-wise parts (each layer's MLP + residual + LayerNorm) with dynamic token
-        counts; attention stays eager (its per-batch grouping is data-dependent)."""
+        """torch.compile each whole layer with dynamic token counts: the attention op stays eager (it is
+        excluded from compiling: its per-batch grouping is data-dependent), everything around it fuses (the
+        QKV projection; the output projection + residual + LayerNorm + MLP, and with int8 weights the
+        quantization of each linear's input into the op before it)."""
         for layer in self.encoder.layer:
-            layer.mlp = torch.compile(layer.mlp, dynamic=True)
+            layer.forward = torch.compile(layer.forward, dynamic=True)
 
     def load_weights(self, weights: Iterable[tuple[str, torch.Tensor]]) -> set[str]:
         """Copy HF-named tensors in (fusing query/key/value); returns the parameter names loaded."""
