@@ -86,6 +86,37 @@ def test_serve_refuses_a_bad_model_before_loading(capsys: pytest.CaptureFixture[
     assert "config.json" in err and err.startswith("wde serve: error: ") and err.count("\n") == 1
 
 
+def test_serve_refuses_models_that_cannot_fit_together(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    import server.model_memory
+
+    bundled = EngineArgs().create_engine_config().model_config.model
+    monkeypatch.setattr(server.model_memory, "available_bytes", lambda config: 200 * 2**20)  # 200 MiB free
+    config = tmp_path / "models.yaml"
+    config.write_text(
+        f"models:\n  - model: {bundled}\n    served_model_name: a\n"
+        f"  - model: {bundled}\n    served_model_name: b\n"
+    )
+    with socket.socket() as busy:  # a port in use: the one-at-a-time run stops there, before loading
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = str(busy.getsockname()[1])
+        assert cli.main(["serve", "--model-config", str(config), "--port", port]) == 2
+        err = capsys.readouterr().err
+        assert (
+            err.startswith("wde serve: error: the models cannot be loaded together") and err.count("\n") == 1
+        )
+        assert "a 0.1" in err and "--max-loaded-models" in err
+        assert (
+            cli.main(["serve", "--model-config", str(config), "--port", port, "--max-loaded-models", "1"])
+            == 2
+        )
+        assert (
+            "cannot be loaded together" not in capsys.readouterr().err
+        )  # one at a time fits: the port failed
+
+
 def test_bench_forwards_its_arguments(monkeypatch: pytest.MonkeyPatch) -> None:
     import benchmarks.offline
 
