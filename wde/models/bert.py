@@ -15,6 +15,7 @@ from wde.layers.activation import get_act_fn
 from wde.layers.attention.layer import Attention
 from wde.layers.attention.spec import AttentionSpec
 from wde.layers.pooler.methods import PoolingMetadata, cls_pool
+from wde.layers.quantization.int8_linear import compile_options
 from wde.models.weight_names import WeightTarget, bert_target, load_named_weights, load_weights_by_name
 
 
@@ -143,7 +144,7 @@ class BertModel(nn.Module):
         QKV projection; the output projection + residual + LayerNorm + MLP, and with int8 weights the
         quantization of each linear's input into the op before it)."""
         for layer in self.encoder.layer:
-            layer.forward = torch.compile(layer.forward, dynamic=True)
+            layer.forward = torch.compile(layer.forward, dynamic=True, options=compile_options(layer))
 
     def load_weights(self, weights: Iterable[tuple[str, torch.Tensor]]) -> set[str]:
         """Copy HF-named tensors in (fusing query/key/value); returns the parameter names loaded."""
