@@ -8,6 +8,7 @@ import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
+from typing import Any
 
 from starlette.requests import HTTPConnection
 
@@ -30,12 +31,12 @@ class AppState:
     num_in_flight: int = 0  # admitted requests (only touched on the event loop)
     warned_token_ids: bool = False  # the token-ids warning of /v1/embeddings is logged once
     num_cut_off: int = 0  # requests cancelled by --graceful-timeout on shutdown (answered 503)
+    # (engine, its stats listener) for every engine this app's metrics listen to (``detach``)
+    listening: list[tuple[AsyncLLMEngine, Any]] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         self.metrics = ServerMetrics(self.models, lambda: self.num_in_flight)
-        self.models.add_engine_hook(
-            lambda model, engine: engine.add_stats_listener(self.metrics.listener(model.name))
-        )
+        self.models.add_engine_hook(self._listen)
 
     def begin_drain(self) -> None:
         self.draining = True
@@ -60,10 +61,16 @@ class AppState:
         async with self.models.use(name, task) as model:
             yield model
 
+    def _listen(self, model: ServedModel, engine: AsyncLLMEngine) -> None:
+        listener = self.metrics.listener(model.name)
+        engine.add_stats_listener(listener)
+        self.listening.append((engine, listener))
+
     def detach(self) -> None:
         """Stop feeding this app's metrics from the engines (for apps over an engine that outlives them)."""
-        for model in self.models.loaded():
-            model.engine.remove_stats_listener(self.metrics.listener(model.name))
+        for engine, listener in self.listening:
+            engine.remove_stats_listener(listener)
+        self.listening.clear()
 
     def check_num_inputs(self, num_inputs: int, field_name: str) -> None:
         limit = self.settings.max_client_batch_size
