@@ -178,8 +178,12 @@ def test_two_replicas_answer_concurrently(ray_serve: SimpleNamespace) -> None:
 
             return await asyncio.gather(*(timed(0.3 * i) for i in range(4)))
 
-    answers = asyncio.run(four_staggered())
-    assert all(response.status_code == 200 for _, _, response in answers), [r.text for _, _, r in answers]
+    results = asyncio.run(four_staggered())
+    # a replica takes 2 at once (--max-concurrent-requests 2 in this fixture): a third sent its way is a 429
+    assert all(r.status_code == 200 or "retry-after" in r.headers for _, _, r in results), [
+        r.text for _, _, r in results
+    ]
+    answers = [result for result in results if result[2].status_code == 200]
     replicas = [response.headers["x-wde-replica"] for _, _, response in answers]
     assert len(set(replicas)) == 2, replicas  # the router spread them over both replicas ...
     overlapping = [
