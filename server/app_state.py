@@ -1,12 +1,10 @@
 """``AppState``: what route handlers and middlewares share (``app.state.wde``): the settings, the metrics and
-the served models (``ModelRegistry``; a route takes its model with ``async with state.use_model(...)``)."""
+the served models (``ModelRegistry``; a route takes its model with ``async with state.models.use(...)``)."""
 
 from __future__ import annotations
 
 import logging
 import time
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -53,13 +51,6 @@ class AppState:
     def served_model_name(self) -> str:
         """The default (first) model's name."""
         return self.models.default.name
-
-    @asynccontextmanager
-    async def use_model(self, name: str | None, task: str | None = None) -> AsyncIterator[ServedModel]:
-        """The model a request names (None: the first serving ``task``), loaded and held for the block;
-        404 for a name not served (``ModelRegistry.resolve``)."""
-        async with self.models.use(name, task) as model:
-            yield model
 
     def _listen(self, model: ServedModel, engine: AsyncLLMEngine) -> None:
         listener = self.metrics.listener(model.name)

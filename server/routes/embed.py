@@ -29,7 +29,7 @@ async def embed(body: EmbedRequest, request: Request) -> ORJSONResponse:
         precision=None if body.precision == "float32" else body.precision,
         long_input=body.long_input,
     )
-    async with state.use_model(body.model, EMBED) as model:
+    async with state.models.use(body.model, EMBED) as model:
         outputs = await model.engine.encode(body.inputs, params)
     record_usage(request.state, len(outputs), sum(output.num_tokens for output in outputs))
     # 3. float32 (or quantized int8 / uint8) vectors straight to orjson

@@ -28,7 +28,7 @@ async def embed_all(body: EmbedAllRequest, request: Request) -> Response:
         output="multi_vector",
         input_type=body.input_type,
     )
-    async with state.use_model(body.model, EMBED) as model:
+    async with state.models.use(body.model, EMBED) as model:
         outputs: list[MultiVectorOutput] = await model.engine.encode(body.inputs, params)
     record_usage(request.state, len(outputs), sum(output.num_tokens for output in outputs))
     # 3. TEI's shape, streamed an input at a time: its [num_vectors, size] float32 array straight to orjson

@@ -28,7 +28,7 @@ async def embed_sparse(body: EmbedSparseRequest, request: Request) -> ORJSONResp
         output="sparse",
         max_active_dims=body.max_active_dims,
     )
-    async with state.use_model(body.model, EMBED) as model:
+    async with state.models.use(body.model, EMBED) as model:
         outputs: list[SparseEmbeddingOutput] = await model.engine.encode(body.inputs, params)
     record_usage(request.state, len(outputs), sum(output.num_tokens for output in outputs))
     # 3. TEI's shape

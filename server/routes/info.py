@@ -24,9 +24,9 @@ async def health(request: Request) -> ORJSONResponse:
     if state.draining:
         raise ServerDrainingError("the server is shutting down")
     for model in state.models.loaded():
-        engine = model.engine
-        if engine is None or model.evicting:
+        if model.evicting:
             continue  # unloading for another model: not a failure
+        engine = model.engine
         prefix = f"model {model.name!r}: " if state.models.is_multi_model else ""
         if engine.state == EngineState.FAILED:
             raise EngineDeadError(prefix + engine.unavailable_reason)

@@ -36,7 +36,7 @@ async def create_embeddings(body: EmbeddingRequest, request: Request) -> Respons
         precision=None if body.precision == "float32" else body.precision,
         long_input=body.long_input,
     )
-    async with state.use_model(body.model, EMBED) as model:  # 404 for a model not served
+    async with state.models.use(body.model, EMBED) as model:  # 404 for a model not served
         outputs = await model.engine.encode(body.input, params)
     # 3. the response: each kind as floats, or base64 of little-endian float32 (int32 sparse ids)
     base64_format = body.encoding_format == "base64"

@@ -29,7 +29,7 @@ async def predict(body: PredictRequest, request: Request) -> ORJSONResponse:
     # 1. limits
     state.check_num_inputs(len(inputs), "inputs")
     # 2. the engine: logits, activated here as TEI does
-    async with state.use_model(body.model, SCORE) as model:
+    async with state.models.use(body.model, SCORE) as model:
         outputs = await model.engine.classify(inputs, truncate=body.truncate, raw_scores=True)
         id2label = model.engine.info.model_config.hf_config.get("id2label") or {}
     record_usage(request.state, len(outputs), sum(output.num_tokens for output in outputs))

@@ -51,7 +51,7 @@ async def tei_rerank(body: RerankRequest, request: Request) -> ORJSONResponse:
     # 1. limits
     state.check_num_inputs(len(body.texts), "texts")
     # 2. the engine (bad input raises: 422 / 400)
-    async with state.use_model(body.model, SCORE) as model:
+    async with state.models.use(body.model, SCORE) as model:
         results, num_tokens = await model.engine.rerank(
             body.query,
             body.texts,
@@ -78,7 +78,7 @@ async def cohere_rerank(body: CohereRerankRequest, request: Request, api_version
     # 1. the limits
     state.check_num_inputs(len(body.documents), "documents")
     # 2. the model (404 for one not served) and the engine
-    async with state.use_model(body.model, SCORE) as model:
+    async with state.models.use(body.model, SCORE) as model:
         results, num_tokens = await model.engine.rerank(
             body.query,
             body.document_texts(),

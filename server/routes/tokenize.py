@@ -19,7 +19,7 @@ router = APIRouter(tags=["TEI"])
 async def tokenize(body: TokenizeRequest, request: Request) -> ORJSONResponse:
     state = get_state(request)
     state.check_num_inputs(len(body.inputs), "inputs")
-    async with state.use_model(body.model) as model:
+    async with state.models.use(body.model) as model:
         info = model.engine.info
     prefix = _prompt_prefix(
         info.model_config.prompts, info.model_config.default_prompt_name, body.prompt_name
