@@ -160,15 +160,12 @@ def test_ray_serve_answers_as_the_single_server(
 
 
 # ---- two replicas, backpressure -------------------------------------------------------------------------
-def test_two_replicas_answer_concurrently(ray_serve: SimpleNamespace) -> None:
-    from ray import serve
-
-    deployment = serve.status().applications["wde"].deployments["WdeServer"]
-    assert deployment.replica_states.get("RUNNING") == 2, deployment
+def two_replicas_at_once(url: str) -> tuple[bool, list[Any]]:
+    """Four staggered long /embed requests: did two replicas answer at once? (and what happened)"""
     body = {"inputs": [LONG_TEXT] * 48}  # 6 forward passes of 2048 tokens: seconds on one thread
 
     async def four_staggered() -> list[tuple[float, float, httpx.Response]]:
-        async with httpx.AsyncClient(base_url=ray_serve.url, timeout=TIMEOUT) as client:
+        async with httpx.AsyncClient(base_url=url, timeout=TIMEOUT) as client:
 
             async def timed(delay: float) -> tuple[float, float, httpx.Response]:
                 await asyncio.sleep(delay)  # later ones go once the router counts the earlier as ongoing
@@ -184,19 +181,35 @@ def test_two_replicas_answer_concurrently(ray_serve: SimpleNamespace) -> None:
         r.text for _, _, r in results
     ]
     answers = [result for result in results if result[2].status_code == 200]
-    replicas = [response.headers["x-wde-replica"] for _, _, response in answers]
-    assert len(set(replicas)) == 2, replicas  # the router spread them over both replicas ...
-    overlapping = [
-        (a, b)
-        for i, a in enumerate(answers)
-        for b in answers[i + 1 :]
-        if a[2].headers["x-wde-replica"] != b[2].headers["x-wde-replica"] and a[0] < b[1] and b[0] < a[1]
-    ]
-    assert overlapping, [
-        (start, end, replica) for (start, end, _), replica in zip(answers, replicas, strict=True)
-    ]  # ... at once
     first = np.array(answers[0][2].json())
     assert all(np.allclose(response.json(), first, atol=FLOAT_TOLERANCE) for _, _, response in answers[1:])
+    overlapping = any(
+        a[2].headers["x-wde-replica"] != b[2].headers["x-wde-replica"] and a[0] < b[1] and b[0] < a[1]
+        for i, a in enumerate(answers)
+        for b in answers[i + 1 :]
+    )
+    return overlapping, [
+        (r.status_code, r.headers.get("x-wde-replica"), end - start) for start, end, r in results
+    ]
+
+
+def test_two_replicas_answer_concurrently(ray_serve: SimpleNamespace) -> None:
+    """Ray's router picks the less loaded of two replicas by a queue length it caches for up to
+    RAY_SERVE_QUEUE_LENGTH_CACHE_TIMEOUT_S (10 s): an entry left stale by an earlier test can send a whole
+    round to one replica (seen once in CI). So: up to three rounds, the cache's lifetime apart."""
+    from ray import serve
+    from ray.serve._private.constants import RAY_SERVE_QUEUE_LENGTH_CACHE_TIMEOUT_S
+
+    deployment = serve.status().applications["wde"].deployments["WdeServer"]
+    assert deployment.replica_states.get("RUNNING") == 2, deployment
+    rounds = []
+    for _ in range(3):
+        overlapping, seen = two_replicas_at_once(ray_serve.url)
+        rounds.append(seen)
+        if overlapping:
+            break
+        time.sleep(RAY_SERVE_QUEUE_LENGTH_CACHE_TIMEOUT_S)
+    assert overlapping, rounds  # (status, replica, seconds) per request, per round
 
 
 def test_burst_beyond_rays_queue_is_429_in_our_shape_never_a_hang(ray_serve: SimpleNamespace) -> None:
