@@ -1,12 +1,16 @@
 // Bidirectional multi-head attention over a flat, unpadded float32 batch, for CPUs with AVX-512F.
 //
-// One work item per (sequence, head): K of that head is packed transposed ([head_size, keys], keys padded to
-// a multiple of 16), V row-major; then for each block of 4 queries the scores against every key are
-// computed with broadcast FMAs, scaled, soft-maxed (exp by a Cephes polynomial, ~1 ulp), and the output is
-// the probability-weighted sum of V rows, divided by the row sum at the end. Work items run longest first
-// on an OpenMP team (dynamic), so that one long sequence does not leave a thread idle. No padding between
-// sequences, no gather / scatter copies: q, k, v are read in place through their strides (a fused QKV
-// projection's views work as they are) and the output is written in [tokens, heads, head_size] order.
+// One work item per (sequence, head). K of that head is packed transposed ([head_size, keys], keys padded to
+// a multiple of 16) by 16 x 16 in-register transposes; V is read in place. Then for each block of QB = 8
+// queries (pre-multiplied by scale * log2(e), so that the soft-max is a plain exp2):
+//   1. scores [8, keys] = Q_block K^T, 8 queries x 16 keys per step (8 independent FMA chains), the row
+//      maxima kept in registers as the scores are stored (keys past the end are -inf);
+//   2. p = exp2(score - max) (a degree-6 polynomial, ~1e-7 relative), the row sums kept likewise;
+//   3. out = (p V) / sum, PQ = 16 / (head_size / 16) queries at a time so the accumulators fit in registers.
+// Work items run longest first on an OpenMP team (dynamic), so that one long sequence does not leave a
+// thread idle. No padding between sequences, no gather / scatter copies: q, k, v are read in place through
+// their strides (a fused QKV projection's views work as they are) and the output is written in
+// [tokens, heads, head_size] order.
 //
 // Built at first use by wde/layers/attention/backends/varlen_cpu.py (plain C, no torch headers).
 
@@ -16,116 +20,151 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define QB 4  // queries per block in the score loop
+#define QB 8  // queries per block
 
-static inline __m512 exp512(__m512 x) {
-    x = _mm512_max_ps(x, _mm512_set1_ps(-87.3f));
-    __m512 fx = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
-                                     _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    __m512 r = _mm512_fnmadd_ps(fx, _mm512_set1_ps(0.693359375f), x);
-    r = _mm512_fnmadd_ps(fx, _mm512_set1_ps(-2.12194440e-4f), r);
-    __m512 y = _mm512_set1_ps(1.9875691500E-4f);
-    y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(1.3981999507E-3f));
-    y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(8.3334519073E-3f));
-    y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(4.1665795894E-2f));
-    y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(1.6666665459E-1f));
-    y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(5.0000001201E-1f));
-    y = _mm512_fmadd_ps(y, _mm512_mul_ps(r, r), _mm512_add_ps(r, _mm512_set1_ps(1.0f)));
+static inline __m512 exp2_512(__m512 x) {  // 2^x for x <= 0 (-inf -> 0)
+    x = _mm512_max_ps(x, _mm512_set1_ps(-127.0f));
+    const __m512 fx = _mm512_roundscale_ps(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    const __m512 r = _mm512_sub_ps(x, fx);  // [-0.5, 0.5]
+    // 2^r = e^(r ln2), Taylor to degree 6: relative error < 1.2e-7 on [-0.5, 0.5]
+    __m512 y = _mm512_set1_ps(1.5403530393381606e-4f);
+    y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(1.3333558146428443e-3f));
+    y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(9.6181291076284772e-3f));
+    y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(5.5504108664821580e-2f));
+    y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(2.4022650695910071e-1f));
+    y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(6.9314718055994531e-1f));
+    y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(1.0f));
     return _mm512_scalef_ps(y, fx);
 }
 
-// softmax numerators in place over row[0:n] (n_pad = n rounded up to 16; lanes past n become 0); returns sum
-static inline float softmax_row(float *row, int64_t n, int64_t n_pad, float scale) {
-    __m512 vmax = _mm512_set1_ps(-INFINITY);
-    for (int64_t j = 0; j < n_pad; j += 16) {
-        __mmask16 m = (n - j) >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (n - j)) - 1u);
-        __m512 s = _mm512_mul_ps(_mm512_loadu_ps(row + j), _mm512_set1_ps(scale));
-        s = _mm512_mask_mov_ps(_mm512_set1_ps(-INFINITY), m, s);
-        _mm512_storeu_ps(row + j, s);
-        vmax = _mm512_max_ps(vmax, s);
+// dst[c * ld + j] = src[j * row + c] for c < 16, j < 16 (rows j >= n are zeros)
+static inline void transpose16(const float *src, int64_t row, int64_t n, float *dst, int64_t ld) {
+    __m512 r[16], t[16];
+    for (int j = 0; j < 16; ++j) r[j] = j < n ? _mm512_loadu_ps(src + j * row) : _mm512_setzero_ps();
+    for (int j = 0; j < 16; j += 2) {
+        t[j] = _mm512_unpacklo_ps(r[j], r[j + 1]);
+        t[j + 1] = _mm512_unpackhi_ps(r[j], r[j + 1]);
     }
-    __m512 mx = _mm512_set1_ps(_mm512_reduce_max_ps(vmax));
-    __m512 vsum = _mm512_setzero_ps();
-    for (int64_t j = 0; j < n_pad; j += 16) {
-        __mmask16 m = (n - j) >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (n - j)) - 1u);
-        __m512 e = _mm512_maskz_mov_ps(m, exp512(_mm512_sub_ps(_mm512_loadu_ps(row + j), mx)));
-        _mm512_storeu_ps(row + j, e);
-        vsum = _mm512_add_ps(vsum, e);
+    for (int j = 0; j < 16; j += 4) {
+        r[j] = _mm512_castpd_ps(_mm512_unpacklo_pd(_mm512_castps_pd(t[j]), _mm512_castps_pd(t[j + 2])));
+        r[j + 1] = _mm512_castpd_ps(_mm512_unpackhi_pd(_mm512_castps_pd(t[j]), _mm512_castps_pd(t[j + 2])));
+        r[j + 2] = _mm512_castpd_ps(_mm512_unpacklo_pd(_mm512_castps_pd(t[j + 1]), _mm512_castps_pd(t[j + 3])));
+        r[j + 3] = _mm512_castpd_ps(_mm512_unpackhi_pd(_mm512_castps_pd(t[j + 1]), _mm512_castps_pd(t[j + 3])));
     }
-    return _mm512_reduce_add_ps(vsum);
+    for (int j = 0; j < 4; ++j) {  // 128-bit lanes: rows j, j+4, j+8, j+12
+        t[j] = _mm512_shuffle_f32x4(r[j], r[j + 4], 0x88);
+        t[j + 4] = _mm512_shuffle_f32x4(r[j], r[j + 4], 0xdd);
+        t[j + 8] = _mm512_shuffle_f32x4(r[j + 8], r[j + 12], 0x88);
+        t[j + 12] = _mm512_shuffle_f32x4(r[j + 8], r[j + 12], 0xdd);
+    }
+    for (int j = 0; j < 4; ++j) {
+        r[j] = _mm512_shuffle_f32x4(t[j], t[j + 8], 0x88);
+        r[j + 8] = _mm512_shuffle_f32x4(t[j], t[j + 8], 0xdd);
+        r[j + 4] = _mm512_shuffle_f32x4(t[j + 4], t[j + 12], 0x88);
+        r[j + 12] = _mm512_shuffle_f32x4(t[j + 4], t[j + 12], 0xdd);
+    }
+    for (int c = 0; c < 16; ++c) _mm512_storeu_ps(dst + c * ld, r[c]);  // r[c]: column c of the 16 rows
+}
+
+// out rows [i0, i0 + pq) += p[r, :n] V; nd = head_size / 16 and pq constants in each instance
+static inline __attribute__((always_inline)) void weighted_values(const float *p, int64_t n_pad, const float *v,
+                                                                int64_t v_row, int64_t n, const int pq,
+                                                                const int64_t nd, const float *inv, float *out,
+                                                                int64_t out_row, int64_t nq) {
+    __m512 acc[8][8];
+    for (int r = 0; r < pq; ++r)
+        for (int64_t b = 0; b < nd; ++b) acc[r][b] = _mm512_setzero_ps();
+    for (int64_t j = 0; j < n; ++j) {
+        const float *vr = v + j * v_row;
+        __m512 vv[8];
+        for (int64_t b = 0; b < nd; ++b) vv[b] = _mm512_loadu_ps(vr + 16 * b);
+        for (int r = 0; r < pq; ++r) {
+            const __m512 pr = _mm512_set1_ps(p[r * n_pad + j]);
+            for (int64_t b = 0; b < nd; ++b) acc[r][b] = _mm512_fmadd_ps(pr, vv[b], acc[r][b]);
+        }
+    }
+    for (int r = 0; r < pq && r < nq; ++r)
+        for (int64_t b = 0; b < nd; ++b)
+            _mm512_storeu_ps(out + r * out_row + 16 * b, _mm512_mul_ps(acc[r][b], _mm512_set1_ps(inv[r])));
 }
 
 // nd = head_size / 16, a constant in each of the instances below (accumulators stay in registers)
 static inline __attribute__((always_inline)) void attend(const float *q, const float *k, const float *v, float *out,
                                                        int64_t n, const int64_t nd, int64_t q_row, int64_t k_row,
                                                        int64_t v_row, int64_t out_row, float scale, float *kt,
-                                                       float *vb, float *scores) {
+                                                       float *scores) {
     const int64_t d = 16 * nd;
+    const int pq = nd >= 8 ? 2 : nd >= 4 ? 4 : 8;  // queries per weighted_values pass: pq * nd <= 16 registers
     const int64_t n_pad = (n + 15) & ~(int64_t)15;
-    for (int64_t c = 0; c < d; ++c) memset(kt + c * n_pad + n, 0, (size_t)(n_pad - n) * sizeof(float));
-    for (int64_t j = 0; j < n; ++j) {
-        const float *kr = k + j * k_row;
-        for (int64_t c = 0; c < d; ++c) kt[c * n_pad + j] = kr[c];
-        memcpy(vb + j * d, v + j * v_row, (size_t)d * sizeof(float));
-    }
+    const float q_scale = scale * 1.44269504088896341f;  // scores in log2 units
+    for (int64_t j0 = 0; j0 < n; j0 += 16)
+        for (int64_t c0 = 0; c0 < d; c0 += 16) transpose16(k + j0 * k_row + c0, k_row, n - j0, kt + c0 * n_pad + j0, n_pad);
+    float qs[QB * 128] __attribute__((aligned(64)));
     for (int64_t i0 = 0; i0 < n; i0 += QB) {
         const int64_t nq = (n - i0) < QB ? (n - i0) : QB;
-        const float *qr[QB];
-        for (int64_t r = 0; r < QB; ++r) qr[r] = q + (i0 + (r < nq ? r : 0)) * q_row;
-        for (int64_t j = 0; j < n_pad; j += 16) {
-            __m512 a0 = _mm512_setzero_ps(), a1 = _mm512_setzero_ps(), a2 = _mm512_setzero_ps(),
-                   a3 = _mm512_setzero_ps();
-            for (int64_t c = 0; c < d; ++c) {
-                __m512 kv = _mm512_loadu_ps(kt + c * n_pad + j);
-                a0 = _mm512_fmadd_ps(_mm512_set1_ps(qr[0][c]), kv, a0);
-                a1 = _mm512_fmadd_ps(_mm512_set1_ps(qr[1][c]), kv, a1);
-                a2 = _mm512_fmadd_ps(_mm512_set1_ps(qr[2][c]), kv, a2);
-                a3 = _mm512_fmadd_ps(_mm512_set1_ps(qr[3][c]), kv, a3);
-            }
-            _mm512_storeu_ps(scores + 0 * n_pad + j, a0);
-            _mm512_storeu_ps(scores + 1 * n_pad + j, a1);
-            _mm512_storeu_ps(scores + 2 * n_pad + j, a2);
-            _mm512_storeu_ps(scores + 3 * n_pad + j, a3);
-        }
-        float inv[QB];
-        for (int64_t r = 0; r < QB; ++r) inv[r] = 1.0f / softmax_row(scores + r * n_pad, n, n_pad, scale);
-        __m512 acc[QB][8];
-        for (int64_t r = 0; r < QB; ++r)
-            for (int64_t b = 0; b < nd; ++b) acc[r][b] = _mm512_setzero_ps();
-        for (int64_t j = 0; j < n; ++j) {
-            const float *vr = vb + j * d;
-            for (int64_t b = 0; b < nd; ++b) {
-                const __m512 vv = _mm512_loadu_ps(vr + 16 * b);
-                for (int64_t r = 0; r < QB; ++r)
-                    acc[r][b] = _mm512_fmadd_ps(_mm512_set1_ps(scores[r * n_pad + j]), vv, acc[r][b]);
-            }
-        }
-        for (int64_t r = 0; r < nq; ++r) {
-            float *o = out + (i0 + r) * out_row;
+        for (int64_t r = 0; r < QB; ++r) {  // rows past the end repeat the first (computed, not stored)
+            const float *qr = q + (i0 + (r < nq ? r : 0)) * q_row;
             for (int64_t b = 0; b < nd; ++b)
-                _mm512_storeu_ps(o + 16 * b, _mm512_mul_ps(acc[r][b], _mm512_set1_ps(inv[r])));
+                _mm512_store_ps(qs + r * d + 16 * b, _mm512_mul_ps(_mm512_loadu_ps(qr + 16 * b), _mm512_set1_ps(q_scale)));
         }
+        // 1. scores and row maxima
+        __m512 mx[QB];
+        for (int r = 0; r < QB; ++r) mx[r] = _mm512_set1_ps(-INFINITY);
+        for (int64_t j = 0; j < n_pad; j += 16) {
+            __m512 a[QB];
+            for (int r = 0; r < QB; ++r) a[r] = _mm512_setzero_ps();
+            for (int64_t c = 0; c < d; ++c) {
+                const __m512 kv = _mm512_loadu_ps(kt + c * n_pad + j);
+                for (int r = 0; r < QB; ++r) a[r] = _mm512_fmadd_ps(_mm512_set1_ps(qs[r * d + c]), kv, a[r]);
+            }
+            if (n - j < 16) {
+                const __mmask16 m = (__mmask16)((1u << (n - j)) - 1u);
+                for (int r = 0; r < QB; ++r) a[r] = _mm512_mask_mov_ps(_mm512_set1_ps(-INFINITY), m, a[r]);
+            }
+            for (int r = 0; r < QB; ++r) {
+                _mm512_storeu_ps(scores + r * n_pad + j, a[r]);
+                mx[r] = _mm512_max_ps(mx[r], a[r]);
+            }
+        }
+        // 2. exp2(score - max) in place, row sums
+        float inv[QB];
+        for (int r = 0; r < QB; ++r) {
+            const __m512 m = _mm512_set1_ps(_mm512_reduce_max_ps(mx[r]));
+            __m512 sum = _mm512_setzero_ps();
+            float *row = scores + r * n_pad;
+            for (int64_t j = 0; j < n_pad; j += 16) {
+                const __m512 e = exp2_512(_mm512_sub_ps(_mm512_loadu_ps(row + j), m));
+                _mm512_storeu_ps(row + j, e);
+                sum = _mm512_add_ps(sum, e);
+            }
+            inv[r] = 1.0f / _mm512_reduce_add_ps(sum);
+        }
+        // 3. out = p V / sum
+        for (int r0 = 0; r0 < nq; r0 += pq)
+            weighted_values(scores + r0 * n_pad, n_pad, v, v_row, n, pq, nd, inv + r0, out + (i0 + r0) * out_row,
+                            out_row, nq - r0);
     }
 }
 
 static void attend_one(const float *q, const float *k, const float *v, float *out, int64_t n, int64_t d,
                        int64_t q_row, int64_t k_row, int64_t v_row, int64_t out_row, float scale, float *kt,
-                       float *vb, float *scores) {
+                       float *scores) {
     switch (d / 16) {  // 1..8 (the Python side checks)
-        case 1: attend(q, k, v, out, n, 1, q_row, k_row, v_row, out_row, scale, kt, vb, scores); break;
-        case 2: attend(q, k, v, out, n, 2, q_row, k_row, v_row, out_row, scale, kt, vb, scores); break;
-        case 3: attend(q, k, v, out, n, 3, q_row, k_row, v_row, out_row, scale, kt, vb, scores); break;
-        case 4: attend(q, k, v, out, n, 4, q_row, k_row, v_row, out_row, scale, kt, vb, scores); break;
-        case 5: attend(q, k, v, out, n, 5, q_row, k_row, v_row, out_row, scale, kt, vb, scores); break;
-        case 6: attend(q, k, v, out, n, 6, q_row, k_row, v_row, out_row, scale, kt, vb, scores); break;
-        case 7: attend(q, k, v, out, n, 7, q_row, k_row, v_row, out_row, scale, kt, vb, scores); break;
-        case 8: attend(q, k, v, out, n, 8, q_row, k_row, v_row, out_row, scale, kt, vb, scores); break;
+        case 1: attend(q, k, v, out, n, 1, q_row, k_row, v_row, out_row, scale, kt, scores); break;
+        case 2: attend(q, k, v, out, n, 2, q_row, k_row, v_row, out_row, scale, kt, scores); break;
+        case 3: attend(q, k, v, out, n, 3, q_row, k_row, v_row, out_row, scale, kt, scores); break;
+        case 4: attend(q, k, v, out, n, 4, q_row, k_row, v_row, out_row, scale, kt, scores); break;
+        case 5: attend(q, k, v, out, n, 5, q_row, k_row, v_row, out_row, scale, kt, scores); break;
+        case 6: attend(q, k, v, out, n, 6, q_row, k_row, v_row, out_row, scale, kt, scores); break;
+        case 7: attend(q, k, v, out, n, 7, q_row, k_row, v_row, out_row, scale, kt, scores); break;
+        case 8: attend(q, k, v, out, n, 8, q_row, k_row, v_row, out_row, scale, kt, scores); break;
     }
 }
 
 // q [tokens, heads, d] (row stride q_row floats, head stride q_head), k / v [tokens, kv_heads, d] likewise,
 // out [tokens, heads, d] (row stride out_row, head stride d); seq_starts [num_seqs + 1]; order: sequence
-// indices, longest first (work item w is head w % heads of sequence order[w / heads]). d must be a multiple of 16, at most 128.
+// indices, longest first (work item w is head w % heads of sequence order[w / heads]). d must be a multiple
+// of 16, at most 128.
 void wde_varlen_attention(const float *q, const float *k, const float *v, float *out, const int64_t *seq_starts,
                           int64_t num_seqs, int64_t heads, int64_t kv_heads, int64_t d, int64_t q_row,
                           int64_t q_head, int64_t k_row, int64_t k_head, int64_t v_row, int64_t v_head,
@@ -140,15 +179,15 @@ void wde_varlen_attention(const float *q, const float *k, const float *v, float 
     const int64_t total = num_seqs * heads;
 #pragma omp parallel num_threads(num_threads)
     {
-        float *buf = (float *)aligned_alloc(64, (size_t)(2 * d * max_pad + QB * max_pad + 64) * sizeof(float));
-        float *kt = buf, *vb = buf + d * max_pad, *scores = buf + 2 * d * max_pad;
+        float *buf = (float *)aligned_alloc(64, (size_t)(d * max_pad + QB * max_pad + 64) * sizeof(float));
+        float *kt = buf, *scores = buf + d * max_pad;
 #pragma omp for schedule(dynamic, 1)
         for (int64_t w = 0; w < total; ++w) {
             const int64_t s = order[w / heads], h = w % heads, hk = h / per_kv;
             const int64_t start = seq_starts[s], n = seq_starts[s + 1] - start;
             if (n == 0) continue;
             attend_one(q + start * q_row + h * q_head, k + start * k_row + hk * k_head, v + start * v_row + hk * v_head,
-                       out + start * out_row + h * d, n, d, q_row, k_row, v_row, out_row, scale, kt, vb, scores);
+                       out + start * out_row + h * d, n, d, q_row, k_row, v_row, out_row, scale, kt, scores);
         }
         free(buf);
     }
