@@ -6,7 +6,8 @@
 //   1. scores [8, keys] = Q_block K^T, 8 queries x 16 keys per step (8 independent FMA chains), the row
 //      maxima kept in registers as the scores are stored (keys past the end are -inf);
 //   2. p = exp2(score - max) (a degree-6 polynomial, ~1e-7 relative), the row sums kept likewise;
-//   3. out = (p V) / sum, PQ = 16 / (head_size / 16) queries at a time so the accumulators fit in registers.
+//   3. out = (p V) / sum, 8, 4 or 2 queries at a time: as many as keep their accumulators, the V row and the
+//      broadcast probability in the 32 vector registers.
 // Work items run longest first on an OpenMP team (dynamic), so that one long sequence does not leave a
 // thread idle. No padding between sequences, no gather / scatter copies: q, k, v are read in place through
 // their strides (a fused QKV projection's views work as they are) and the output is written in
@@ -18,9 +19,12 @@
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
-#include <string.h>
 
 #define QB 8  // queries per block
+
+static inline __mmask16 first_lanes(int64_t count) {  // the first count (< 16) lanes
+    return (__mmask16)((1u << count) - 1u);
+}
 
 // 2^x for x <= 0; below -125 it gives ~2^-125, never a denormal (an add of denormals costs a microcode
 // assist on many x86 cores): tiny against the row sum (>= 1), and lanes past the keys are masked to 0
@@ -96,7 +100,8 @@ static inline __attribute__((always_inline)) void attend(const float *q, const f
                                                        int64_t v_row, int64_t out_row, float scale, float *kt,
                                                        float *scores) {
     const int64_t d = 16 * nd;
-    const int pq = nd >= 8 ? 2 : nd >= 4 ? 4 : 8;  // queries per weighted_values pass: pq * nd <= 16 registers
+    // queries per weighted_values pass: pq * nd accumulators + nd V vectors + 1 broadcast <= 32 registers
+    const int pq = 9 * nd + 1 <= 32 ? 8 : 5 * nd + 1 <= 32 ? 4 : 2;
     const int64_t n_pad = (n + 15) & ~(int64_t)15;
     const float q_scale = scale * 1.44269504088896341f;  // scores in log2 units
     for (int64_t j0 = 0; j0 < n; j0 += 16)
@@ -120,8 +125,8 @@ static inline __attribute__((always_inline)) void attend(const float *q, const f
                 for (int r = 0; r < QB; ++r) a[r] = _mm512_fmadd_ps(_mm512_set1_ps(qs[r * d + c]), kv, a[r]);
             }
             if (n - j < 16) {
-                const __mmask16 m = (__mmask16)((1u << (n - j)) - 1u);
-                for (int r = 0; r < QB; ++r) a[r] = _mm512_mask_mov_ps(_mm512_set1_ps(-INFINITY), m, a[r]);
+                const __mmask16 keys = first_lanes(n - j);
+                for (int r = 0; r < QB; ++r) a[r] = _mm512_mask_mov_ps(_mm512_set1_ps(-INFINITY), keys, a[r]);
             }
             for (int r = 0; r < QB; ++r) {
                 _mm512_storeu_ps(scores + r * n_pad + j, a[r]);
@@ -136,7 +141,7 @@ static inline __attribute__((always_inline)) void attend(const float *q, const f
             float *row = scores + r * n_pad;
             for (int64_t j = 0; j < n_pad; j += 16) {
                 __m512 e = exp2_512(_mm512_sub_ps(_mm512_loadu_ps(row + j), m));
-                if (n - j < 16) e = _mm512_maskz_mov_ps((__mmask16)((1u << (n - j)) - 1u), e);
+                if (n - j < 16) e = _mm512_maskz_mov_ps(first_lanes(n - j), e);
                 _mm512_storeu_ps(row + j, e);
                 sum = _mm512_add_ps(sum, e);
             }
