@@ -31,7 +31,7 @@ async def tokenize(body: TokenizeRequest, request: Request) -> ORJSONResponse:
 
 
 def _prompt_prefix(prompts: dict[str, str], default_name: str | None, prompt_name: str | None) -> str:
-    name = prompt_name or default_name
+    name = default_name if prompt_name is None else prompt_name  # "" names no prompt: refused below
     if name is None:
         return ""
     if name not in prompts:
