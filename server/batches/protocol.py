@@ -17,7 +17,14 @@ class CreateBatchRequest(RequestModel):
     input_file_id: StrictStr = Field(description="a file uploaded with purpose 'batch' (POST /v1/files)")
     endpoint: Literal["/v1/embeddings", "/v1/rerank"] = Field(description="the route every line is sent to")
     completion_window: Literal["24h"]
-    metadata: dict[StrictStr, StrictStr] | None = None
+    metadata: dict[StrictStr, StrictStr] | None = Field(
+        None,
+        json_schema_extra={  # the limits _metadata_limits enforces, published for clients and schema tests
+            "maxProperties": MAX_METADATA_KEYS,
+            "propertyNames": {"maxLength": MAX_METADATA_KEY_CHARS},
+            "additionalProperties": {"type": "string", "maxLength": MAX_METADATA_VALUE_CHARS},
+        },
+    )
     output_expires_after: dict[str, Any] | None = Field(
         None, description="accepted for the SDK; output files are kept until deleted from --batch-dir"
     )
