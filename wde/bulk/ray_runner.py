@@ -10,10 +10,13 @@ to have the cluster read them in parallel.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import gc
 import logging
+import math
 import time
+from collections.abc import Iterator
 from typing import Any
 
 from wde.bulk import require
@@ -32,7 +35,8 @@ CONTEXT_SETTINGS = {
     "enable_progress_bars": False,  # ours is on stderr
     "print_on_execution_start": False,
     # the v2 parquet reader lists files in a task that takes a CPU whatever num_cpus says: it would wait
-    # for ever behind the actors; the v1 reader runs with none
+    # for ever behind the actors, and it reads a file as one block whatever override_num_blocks says; the
+    # v1 reader runs with no CPU and splits a file into the blocks asked for
     "use_datasource_v2": False,
 }
 
@@ -42,6 +46,7 @@ def embed_on_ray(
     args: EngineArgs,
     options: EncodeOptions,
     chunk_size: int,
+    num_records: int,
     done: set[Any],
     sink: PartSink,
     num_actors: int | None,
@@ -68,46 +73,61 @@ def embed_on_ray(
         num_actors,
         cpus_per_actor,
     )
-    # 2. the pipeline: read, drop what is done, embed in the actor pool. The settings it needs are put back
-    #    after, so that a caller's own Ray session keeps its own.
-    context = ray.data.DataContext.get_current()
-    saved_settings = {name: getattr(context, name) for name in CONTEXT_SETTINGS}
-    for name, value in CONTEXT_SETTINGS.items():
-        setattr(context, name, value)
+    # 2. the pipeline: read, drop what is done, embed in the actor pool
     try:
-        dataset = _read(spec, chunk_size, done)
-        dataset = dataset.map_batches(
-            WdeEmbedder,
-            fn_constructor_kwargs={**dataclasses.asdict(args), **options.as_kwargs()},
-            batch_size=chunk_size,
-            batch_format="numpy",
-            compute=ray.data.ActorPoolStrategy(size=num_actors),
-            num_cpus=cpus_per_actor,
-        )
-        # 3. the driver writes each chunk that comes back as one part
-        pipeline_start = time.perf_counter()
-        first_part_seconds = None
-        for batch in dataset.iter_batches(batch_size=chunk_size, batch_format="numpy"):
-            ids = batch["id"]  # [num_texts]
-            if len(ids) == 0:
-                continue
-            sink.write(ids, batch["embedding"], batch["num_tokens"])  # [num_texts, dim], [num_texts]
-            if first_part_seconds is None:
-                first_part_seconds = time.perf_counter() - pipeline_start
+        with data_context_settings():
+            dataset = _read(spec, chunk_size, num_records, done)
+            dataset = dataset.map_batches(
+                WdeEmbedder,
+                fn_constructor_kwargs={**dataclasses.asdict(args), **options.as_kwargs()},
+                batch_size=None,  # a block a call: _read makes blocks of about chunk_size rows
+                batch_format="numpy",
+                compute=ray.data.ActorPoolStrategy(size=num_actors),
+                num_cpus=cpus_per_actor,
+            )
+            # 3. the driver writes each block that comes back as one part, as soon as it comes (batches of
+            #    chunk_size rows would hold a finished block back until the next one is done)
+            pipeline_start = time.perf_counter()
+            first_part_seconds = None
+            for batch in dataset.iter_batches(batch_size=None, batch_format="numpy"):
+                ids = batch["id"]  # [num_texts]
+                if len(ids) == 0:
+                    continue
+                sink.write(ids, batch["embedding"], batch["num_tokens"])  # [num_texts, dim], [num_texts]
+                if first_part_seconds is None:
+                    first_part_seconds = time.perf_counter() - pipeline_start
     finally:
         # the actor pool ends when the last handle to its actors goes, some of which sit in reference
         # cycles: collect them now, or the next job's actors wait for these CPUs
         dataset = None
         gc.collect()
-        for name, value in saved_settings.items():
-            setattr(context, name, value)
         if started_here:
             ray.shutdown()
     return {"ray_init_seconds": init_seconds, "ray_first_part_seconds": first_part_seconds or 0.0}
 
 
-def _read(spec: InputSpec, chunk_size: int, done: set[Any]) -> Any:
-    """A dataset of (id, text) rows not yet written."""
+@contextlib.contextmanager
+def data_context_settings() -> Iterator[None]:
+    """Ray Data's settings the pipeline needs, put back after (a caller's own Ray session keeps its own)."""
+    import ray
+
+    context = ray.data.DataContext.get_current()
+    saved_settings = {name: getattr(context, name) for name in CONTEXT_SETTINGS}
+    for name, value in CONTEXT_SETTINGS.items():
+        setattr(context, name, value)
+    try:
+        yield
+    finally:
+        for name, value in saved_settings.items():
+            setattr(context, name, value)
+
+
+def _read(spec: InputSpec, chunk_size: int, num_records: int, done: set[Any]) -> Any:
+    """A dataset of (id, text) rows not yet written, in blocks of about ``chunk_size`` rows.
+
+    The actor pool is handed whole blocks: a file read as one block (Ray's default below its target block
+    size, 128 MiB) would be embedded by one actor while the others wait. One block per chunk spreads the
+    chunks over every actor."""
     import pyarrow as pa
     import ray
 
@@ -117,10 +137,13 @@ def _read(spec: InputSpec, chunk_size: int, done: set[Any]) -> Any:
         ]
         return ray.data.from_arrow(tables)
     path = str(spec.path)
+    num_blocks = max(1, math.ceil(num_records / chunk_size))
     if spec.format == "jsonl":
         # lines=False is pyarrow's reader, which reads JSON lines and keeps "001" a string (lines=True is
         # pandas', which makes it the int 1)
-        dataset = ray.data.read_json(path, lines=False, file_extensions=None, num_cpus=READ_CPUS)
+        dataset = ray.data.read_json(
+            path, lines=False, file_extensions=None, num_cpus=READ_CPUS, override_num_blocks=num_blocks
+        )
     elif spec.format == "csv":
         import pyarrow.csv as pa_csv
 
@@ -130,11 +153,14 @@ def _read(spec: InputSpec, chunk_size: int, done: set[Any]) -> Any:
             convert_options=pa_csv.ConvertOptions(column_types=column_types),
             parse_options=pa_csv.ParseOptions(newlines_in_values=True),  # quoted multi-line texts
             num_cpus=READ_CPUS,
+            override_num_blocks=num_blocks,
         )
     else:
-        dataset = ray.data.read_parquet(path, columns=[spec.id_field, spec.text_field], num_cpus=READ_CPUS)
+        dataset = ray.data.read_parquet(
+            path, columns=[spec.id_field, spec.text_field], num_cpus=READ_CPUS, override_num_blocks=num_blocks
+        )
     # no repartition, select_columns or filter: each would be a task that waits for a CPU the actors hold
-    # (Ray Data already splits a read into blocks for the cluster's CPUs)
+    # (the read itself splits its output into the blocks asked for above)
     return dataset.map_batches(
         _id_and_text,
         fn_kwargs={

@@ -150,7 +150,7 @@ def embed(
                 from wde.bulk.ray_runner import embed_on_ray
 
                 timings = embed_on_ray(
-                    spec, args, options, chunk_size, done, sink, num_actors, cpus_per_actor
+                    spec, args, options, chunk_size, num_records, done, sink, num_actors, cpus_per_actor
                 )
             elif len(done) < num_records:
                 timings = _embed_in_process(spec, llm or args, options, chunk_size, done, sink)
