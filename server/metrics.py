@@ -35,12 +35,15 @@ class ServerMetrics:
         self._listeners: dict[str, ModelStatsListener] = {}
         # 1. HTTP
         self.http_requests = Counter(
-            "wde_http_requests", "HTTP requests answered", ["route", "method", "status"], registry=registry
+            "wde_http_requests",
+            "HTTP requests answered",
+            ["model", "route", "method", "status"],
+            registry=registry,
         )
         self.http_seconds = Histogram(
             "wde_http_request_duration_seconds",
             "HTTP request latency, first byte in to last byte out",
-            ["route", "status"],
+            ["model", "route", "status"],
             buckets=LATENCY_BUCKETS,
             registry=registry,
         )
@@ -105,9 +108,10 @@ class ServerMetrics:
         registry.register(ResultCacheCollector(models))
 
     # ---- HttpMetricsMiddleware --------------------------------------------------------------------
-    def observe_http(self, route: str, method: str, status: str, seconds: float) -> None:
-        self.http_requests.labels(route, method, status).inc()
-        self.http_seconds.labels(route, status).observe(seconds)
+    def observe_http(self, model: str, route: str, method: str, status: str, seconds: float) -> None:
+        """``model``: the served name the request reached, "" when it reached none (probes, refusals)."""
+        self.http_requests.labels(model, route, method, status).inc()
+        self.http_seconds.labels(model, route, status).observe(seconds)
 
     def listener(self, model: str) -> ModelStatsListener:
         """The stats listener of the engine serving ``model`` (one per name: add and remove it alike)."""

@@ -1,5 +1,6 @@
-"""Observes every HTTP answer, outermost: counts and times it by route template and status (499: client
-gone before an answer) and, with the access log on, logs its line (``server/access_log.py``)."""
+"""Observes every HTTP answer, outermost: counts and times it by served model (the one the route reached,
+``server/request_model.py``), route template and status (499: client gone before an answer) and, with the
+access log on, logs its line (``server/access_log.py``)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from server.access_log import MAX_ERROR_BODY_BYTES, log_access
 from server.metrics import ServerMetrics
+from server.request_model import CURRENT_REQUEST_MODEL, RequestModel
 
 CLIENT_CLOSED = 499  # nginx's convention for a client that disconnected before the answer
 UNMATCHED = "unmatched"  # any path that is no route: one label value, however many paths are probed
@@ -30,6 +32,8 @@ class HttpMetricsMiddleware:
         start = time.perf_counter()
         status = CLIENT_CLOSED
         error_body = bytearray()  # the start of an error answer, for the log line's message
+        request_model = RequestModel()
+        model_token = CURRENT_REQUEST_MODEL.set(request_model)
 
         async def send_and_record(message: Message) -> None:
             nonlocal status
@@ -45,8 +49,10 @@ class HttpMetricsMiddleware:
             status = 500
             raise
         finally:
+            CURRENT_REQUEST_MODEL.reset(model_token)
             seconds = time.perf_counter() - start
-            self.metrics.observe_http(self._route_label(scope), scope["method"], str(status), seconds)
+            route = self._route_label(scope)
+            self.metrics.observe_http(request_model.name, route, scope["method"], str(status), seconds)
             if self.access_log:
                 log_access(scope, status, seconds, bytes(error_body))
 

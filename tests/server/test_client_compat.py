@@ -198,7 +198,7 @@ async def test_one_access_log_line_per_request_and_errors_counted(
     assert bad.startswith("POST /embed 422 ") and "error=" in bad and "inputs" in bad
     assert lines[1].levelno == logging.WARNING
     assert openai.startswith("POST /v1/embeddings 200 ") and "inputs=1 tokens=3" in openai
-    assert 'wde_http_requests_total{method="POST",route="/embed",status="422"} 1.0' in metrics
+    assert 'wde_http_requests_total{method="POST",model="",route="/embed",status="422"} 1.0' in metrics
 
 
 @pytest.mark.anyio

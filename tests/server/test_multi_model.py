@@ -137,6 +137,9 @@ def test_models_info_and_metrics_list_every_model(two_models: ServeProcess) -> N
     batches = metric_samples(url, "wde_batch_size_tokens_count")
     assert batches["minilm"] >= 1 and batches["reranker"] >= 1
     assert metric_samples(url, "wde_model_loaded") == {"minilm": 1.0, "reranker": 1.0}
+    # HTTP requests by the model they reached ("" for those that reached none, such as /health)
+    answered = metric_samples(url, "wde_http_requests_total")
+    assert answered["minilm"] >= 1 and answered["reranker"] >= 1 and answered[""] >= 1
 
 
 def test_one_loaded_model_at_a_time_swaps_on_demand(

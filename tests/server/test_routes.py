@@ -283,7 +283,7 @@ async def test_api_key(async_engine: AsyncLLMEngine) -> None:
         metrics = (await client.get("/metrics")).text
     assert missing.status_code == 401 and missing.headers["www-authenticate"] == "Bearer"
     # answered before routing, still counted under the route's template
-    assert 'wde_http_requests_total{method="POST",route="/embed",status="401"} 1.0' in metrics
+    assert 'wde_http_requests_total{method="POST",model="",route="/embed",status="401"} 1.0' in metrics
     assert wrong.status_code == 401 and wrong.json()["error"]["code"] == "invalid_api_key"
     assert right.status_code == 200 and health.status_code == 200
 
@@ -326,6 +326,7 @@ async def test_metrics_parse_and_count(async_engine: AsyncLLMEngine) -> None:
         await client.post("/embed", json={"inputs": TEXTS})
         await client.post("/embed", json={"inputs": []})
         await client.get("/nothing/here")
+        model = (await client.get("/v1/models")).json()["data"][0]["id"]
         response = await client.get("/metrics")
     assert response.status_code == 200 and response.headers["content-type"].startswith("text/plain")
     families = {family.name: family for family in text_string_to_metric_families(response.text)}
@@ -343,12 +344,13 @@ async def test_metrics_parse_and_count(async_engine: AsyncLLMEngine) -> None:
     ):
         assert name in families, name
     counts = {
-        (s.labels["route"], s.labels["status"]): s.value
+        (s.labels["model"], s.labels["route"], s.labels["status"]): s.value
         for s in families["wde_http_requests"].samples
         if s.name == "wde_http_requests_total"
     }
-    assert counts[("/embed", "200")] == 1 and counts[("/embed", "422")] == 1
-    assert counts[("unmatched", "404")] == 1
+    # the model label: the served name a request reached, "" for one refused before its handler ran
+    assert counts[(model, "/embed", "200")] == 1 and counts[("", "/embed", "422")] == 1
+    assert counts[("", "unmatched", "404")] == 1
     batch_counts = [
         s.value for s in families["wde_batch_size_sequences"].samples if s.name.endswith("_count")
     ]
