@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 
 from server.errors import ModelNotFoundError
 from server.model_memory import check_models_fit
-from server.request_model import note_request_model
+from server.reached_model import note_reached_model
 from wde.config import EngineConfig, ModelConfig
 from wde.engine.async_llm_engine import AsyncLLMEngine
 from wde.engine.engine_thread import EngineUnavailableError
@@ -176,7 +176,7 @@ class ModelRegistry:
     async def use(self, name: str | None, task: str | None = None) -> AsyncIterator[ServedModel]:
         """The model, loaded, held (not unloaded) until the block ends."""
         model = self.resolve(name, task)
-        note_request_model(model.name)  # the HTTP metrics' model label
+        note_reached_model(model.name)  # the HTTP metrics' model label
         while not (model.is_loaded and not model.evicting):
             async with self._swap_lock:
                 if not (model.is_loaded and not model.evicting):

@@ -1,5 +1,5 @@
 """Observes every HTTP answer, outermost: counts and times it by served model (the one the route reached,
-``server/request_model.py``), route template and status (499: client gone before an answer) and, with the
+``server/reached_model.py``), route template and status (499: client gone before an answer) and, with the
 access log on, logs its line (``server/access_log.py``)."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from server.access_log import MAX_ERROR_BODY_BYTES, log_access
 from server.metrics import ServerMetrics
-from server.request_model import CURRENT_REQUEST_MODEL, RequestModel
+from server.reached_model import CURRENT_REACHED_MODEL, ReachedModel
 
 CLIENT_CLOSED = 499  # nginx's convention for a client that disconnected before the answer
 UNMATCHED = "unmatched"  # any path that is no route: one label value, however many paths are probed
@@ -32,8 +32,8 @@ class HttpMetricsMiddleware:
         start = time.perf_counter()
         status = CLIENT_CLOSED
         error_body = bytearray()  # the start of an error answer, for the log line's message
-        request_model = RequestModel()
-        model_token = CURRENT_REQUEST_MODEL.set(request_model)
+        reached_model = ReachedModel()
+        model_token = CURRENT_REACHED_MODEL.set(reached_model)
 
         async def send_and_record(message: Message) -> None:
             nonlocal status
@@ -49,10 +49,10 @@ class HttpMetricsMiddleware:
             status = 500
             raise
         finally:
-            CURRENT_REQUEST_MODEL.reset(model_token)
+            CURRENT_REACHED_MODEL.reset(model_token)
             seconds = time.perf_counter() - start
             route = self._route_label(scope)
-            self.metrics.observe_http(request_model.name, route, scope["method"], str(status), seconds)
+            self.metrics.observe_http(reached_model.name, route, scope["method"], str(status), seconds)
             if self.access_log:
                 log_access(scope, status, seconds, bytes(error_body))
 
