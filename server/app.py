@@ -53,8 +53,8 @@ from server.routes import (
 )
 from server.settings import ServerSettings
 from server.tracing import Tracing
-from wde.engine.async_llm_engine import AsyncLLMEngine
 from wde.engine_args import EngineArgs
+from wde.entrypoints.async_llm_engine import AsyncLLMEngine
 
 ROUTE_MODULES = (
     info,

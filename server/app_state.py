@@ -14,7 +14,7 @@ from server.errors import TooManyInputsError
 from server.metrics import ServerMetrics
 from server.model_registry import ModelRegistry, ServedModel
 from server.settings import ServerSettings
-from wde.engine.async_llm_engine import AsyncLLMEngine
+from wde.entrypoints.async_llm_engine import AsyncLLMEngine
 
 logger = logging.getLogger("wde.server")
 

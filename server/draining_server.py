@@ -24,8 +24,8 @@ from server.listener import StartupError, bind_listener, url_of
 from server.model_registry import ModelRegistry, ServedModel
 from server.settings import ServerSettings
 from server.uvicorn_options import uvicorn_options
-from wde.engine.async_llm_engine import AsyncLLMEngine
 from wde.engine_args import EngineArgs
+from wde.entrypoints.async_llm_engine import AsyncLLMEngine
 
 logger = logging.getLogger("wde.server")
 

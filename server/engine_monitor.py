@@ -15,8 +15,8 @@ import logging
 import threading
 from typing import Protocol
 
-from wde.engine.async_llm_engine import AsyncLLMEngine
-from wde.engine.engine_thread import EngineState
+from wde.entrypoints.async_llm_engine import AsyncLLMEngine
+from wde.entrypoints.engine_thread import EngineState
 
 logger = logging.getLogger("wde.server")
 

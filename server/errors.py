@@ -17,9 +17,9 @@ from fastapi.exceptions import RequestValidationError
 from starlette.exceptions import HTTPException
 
 from server.responses import ORJSONResponse
-from wde.engine.async_llm_engine import TaskNotSupportedError
-from wde.engine.engine_thread import EngineDeadError, EngineUnavailableError
 from wde.engine.errors import InputTooLongError, RequestFailedError
+from wde.entrypoints.async_llm_engine import TaskNotSupportedError
+from wde.entrypoints.engine_thread import EngineDeadError, EngineUnavailableError
 
 logger = logging.getLogger(__name__)
 

@@ -24,9 +24,9 @@ from server.errors import ModelNotFoundError
 from server.model_memory import check_models_fit
 from server.reached_model import note_reached_model
 from wde.config import EngineConfig, ModelConfig
-from wde.engine.async_llm_engine import AsyncLLMEngine
-from wde.engine.engine_thread import EngineUnavailableError
 from wde.engine_args import EngineArgs
+from wde.entrypoints.async_llm_engine import AsyncLLMEngine
+from wde.entrypoints.engine_thread import EngineUnavailableError
 
 logger = logging.getLogger("wde.server")
 

@@ -20,7 +20,7 @@ from server.errors import is_openai_path
 from server.protocol import OpenAIErrorResponse, TEIErrorResponse
 from server.routes.compat import root_bodies
 from wde.config import PRECISIONS, ModelConfig
-from wde.engine.async_llm_engine import AsyncLLMEngine
+from wde.entrypoints.async_llm_engine import AsyncLLMEngine
 from wde.output_kinds import OUTPUT_KINDS, routes_of
 
 REF = "#/components/schemas/{model}"

@@ -19,7 +19,7 @@ from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Any
 
-from wde.engine.call_record import CallRecord, TokenizeSpan
+from wde.entrypoints.call_record import CallRecord, TokenizeSpan
 
 CURRENT_TRACE: ContextVar[RequestTrace | None] = ContextVar("wde_request_trace", default=None)
 

@@ -1,8 +1,8 @@
 """wde: a prefill-only inference engine for text embeddings and rerank scores."""
 
-from wde.engine.llm import LLM
 from wde.engine.llm_engine import LLMEngine
 from wde.engine_args import EngineArgs
+from wde.entrypoints.llm import LLM
 from wde.inputs import PoolingParams, TextPrompt, TokensPrompt
 from wde.outputs import (
     CombinedEmbeddingOutput,

@@ -182,7 +182,7 @@ class ModelConfig:
     pair_template: str | None = None
     pair_instruction: str | None = None  # the {instruction} unless a request names its own
     # an input over max_model_len unless a request says otherwise: "truncate", "error" or "chunk" (windows
-    # of max_model_len overlapping by long_input_overlap tokens, aggregated; wde/engine/long_inputs.py)
+    # of max_model_len overlapping by long_input_overlap tokens, aggregated; wde/entrypoints/long_inputs.py)
     long_input: str = "truncate"
     long_input_overlap: int = 0
     # None: the checkpoint's weights as they are; "int8": int8 block linears (CPU, float32 only)

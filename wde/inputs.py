@@ -49,7 +49,7 @@ class PoolingParams:
     # multi-vector output of a late-interaction model: encode as a "query" or a "document" (the default)
     input_type: str | None = None
     # dense output quantized as sentence-transformers' quantize_embeddings: float32 (None), int8, uint8,
-    # binary, ubinary (wde.engine.output_precision)
+    # binary, ubinary (wde.entrypoints.output_precision)
     precision: str | None = None
     # an input over max_model_len: "truncate", "error" or "chunk" (None: from truncate, else the engine's);
     # a chunked document's rerank score from its windows': "max" (None), "mean", "first"

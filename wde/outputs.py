@@ -89,7 +89,7 @@ class TokenVectors:
 @dataclass
 class MultiVectorOutput:
     """A text's token vectors (late interaction: ColBERT, BGE-M3's ColBERT vectors), one row per scored
-    token, L2-normalized; compare two texts with MaxSim (``wde.engine.scoring.maxsim``)."""
+    token, L2-normalized; compare two texts with MaxSim (``wde.entrypoints.scoring.maxsim``)."""
 
     request_id: str
     vectors: np.ndarray  # [num_vectors, vector_size] float32

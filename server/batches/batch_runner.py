@@ -24,7 +24,7 @@ from server.batches.file_store import FileNotFound, FileStore
 from server.batches.input_lines import InputFileError, LineError, LineRequest, read_lines
 from server.batches.line_dispatch import RouteDispatcher
 from server.batches.progress import Progress
-from wde.engine.engine_thread import EngineUnavailableError
+from wde.entrypoints.engine_thread import EngineUnavailableError
 
 logger = logging.getLogger("wde.server.batches")
 

@@ -29,7 +29,7 @@ from server.protocol import (
 from server.responses import ORJSONResponse
 from server.routes import embed, embed_all, embed_sparse, openai, predict, rerank
 from wde.config import ModelConfig
-from wde.engine.engine_thread import EngineUnavailableError
+from wde.entrypoints.engine_thread import EngineUnavailableError
 
 router = APIRouter(tags=["TEI"])
 

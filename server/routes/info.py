@@ -12,7 +12,7 @@ from server.errors import ServerDrainingError
 from server.model_registry import ServedModel
 from server.protocol import HealthResponse, InfoResponse
 from server.responses import ORJSONResponse
-from wde.engine.engine_thread import EngineDeadError, EngineState, EngineUnavailableError
+from wde.entrypoints.engine_thread import EngineDeadError, EngineState, EngineUnavailableError
 
 router = APIRouter(tags=["TEI"])
 

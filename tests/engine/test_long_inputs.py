@@ -1,6 +1,6 @@
 """Long inputs: ``long_input`` "truncate" (today's default), "error", and "chunk".
 
-chunk, embeddings: a ~3,000-token document equals the documented aggregation (wde/engine/long_inputs.py) of
+chunk, embeddings: a ~3,000-token document equals the documented aggregation (entrypoints/long_inputs.py) of
 its windows' embeddings computed one by one (<= 1e-5), with and without overlap; its windows batch with the
 short inputs of the same call. chunk, rerank: a cross-encoder scores a long document by its best window (or
 the mean, or the first). Over HTTP: the request field on /embed and /rerank, and the --long-input default.
@@ -168,7 +168,7 @@ def test_error_mode_on_rerank(cross_encoder: wde.LLM, long_text: str) -> None:
 async def test_http_long_input(long_text: str) -> None:
     from tests.server.conftest import asgi_client
     from wde import EngineArgs
-    from wde.engine.async_llm_engine import AsyncLLMEngine
+    from wde.entrypoints.async_llm_engine import AsyncLLMEngine
 
     expected = wde.LLM().encode(long_text, long_input="chunk")[0].embedding
     engine = AsyncLLMEngine(EngineArgs(long_input="chunk"))
@@ -199,7 +199,7 @@ def anyio_backend() -> str:
 
 
 def test_window_helper_edges() -> None:
-    from wde.engine.long_inputs import windows
+    from wde.entrypoints.long_inputs import windows
 
     assert windows(list(range(5)), 4, 0) == [[0, 1, 2, 3], [4]]
     assert windows(list(range(6)), 4, 2) == [[0, 1, 2, 3], [2, 3, 4, 5]]

@@ -16,7 +16,7 @@ import pytest
 
 import wde
 from tests.tiny_models import training_texts
-from wde.engine.output_precision import load_calibration_texts
+from wde.entrypoints.output_precision import load_calibration_texts
 
 NUM_QUERIES = 20
 NUM_CALIBRATION = 100
@@ -105,7 +105,7 @@ def test_calibration_file_formats(tmp_path: Path) -> None:
 async def test_http_precision(calibration_file: Path, texts: tuple[list[str], list[str]]) -> None:
     from tests.server.conftest import asgi_client
     from wde import EngineArgs
-    from wde.engine.async_llm_engine import AsyncLLMEngine
+    from wde.entrypoints.async_llm_engine import AsyncLLMEngine
 
     engine = AsyncLLMEngine(EngineArgs(calibration_file=str(calibration_file)))
     engine.start()

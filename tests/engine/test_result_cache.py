@@ -1,6 +1,6 @@
-"""The result cache and in-batch dedupe (wde/engine/result_cache.py, result_reuse.py) through ``LLM``: forward
-passes counted at the model runner, results against an engine without the cache; the cache's memory bound
-over 100k distinct synthetic outputs, measured with tracemalloc."""
+"""The result cache and in-batch dedupe (entrypoints/result_cache.py, result_reuse.py) through ``LLM``:
+forward passes counted at the model runner, results against an engine without the cache; the cache's
+memory bound over 100k distinct synthetic outputs, measured with tracemalloc."""
 
 from __future__ import annotations
 
@@ -15,8 +15,8 @@ import pytest
 
 from tests.counted_forward import CountedForward
 from wde import LLM, PoolingParams
-from wde.engine.result_cache import MIB, ResultCache
-from wde.engine.result_reuse import prompt_key
+from wde.entrypoints.result_cache import MIB, ResultCache
+from wde.entrypoints.result_reuse import prompt_key
 from wde.outputs import EmbeddingOutput, SparseEmbeddingOutput
 
 TEXTS = ["What is Debian?", "A free operating system.", "a", "A pastry."]

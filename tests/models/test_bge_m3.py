@@ -17,7 +17,7 @@ import torch
 
 import wde
 from tests.tiny_models import HIDDEN_SIZE, SEED, WEIGHT_STD, save_tiny_xlmr, training_texts
-from wde.engine.tasks import OutputNotSupportedError
+from wde.entrypoints.tasks import OutputNotSupportedError
 from wde.outputs import CombinedEmbeddingOutput, EmbeddingOutput, MultiVectorOutput, SparseEmbeddingOutput
 
 ATOL = 1e-4

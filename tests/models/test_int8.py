@@ -15,7 +15,7 @@ from tests.server.conftest import asgi_client
 from tests.server.test_families import FAMILIES
 from tests.tiny_models import training_texts
 from wde import LLM, EngineArgs
-from wde.engine.async_llm_engine import AsyncLLMEngine
+from wde.entrypoints.async_llm_engine import AsyncLLMEngine
 from wde.layers.quantization.int8_linear import Int8Linear
 
 # all-MiniLM-L6-v2, real text

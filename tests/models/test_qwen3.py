@@ -351,7 +351,7 @@ def test_reranker_instruction_per_call_and_over_http(reranker_dir: Path) -> None
 
     from server.settings import ServerSettings
     from tests.server.conftest import live_uvicorn
-    from wde.engine.async_llm_engine import AsyncLLMEngine
+    from wde.entrypoints.async_llm_engine import AsyncLLMEngine
 
     expected = model_card_scores(reranker_dir, QUERY, DOCS, instruction=OTHER_INSTRUCTION)
     llm = wde.LLM(str(reranker_dir), device="cpu", dtype="float32", task="score")

@@ -17,7 +17,7 @@ import torch
 import wde
 from tests.models.test_distilbert import save_tiny_distilbert
 from tests.tiny_models import SEED, save_tiny_bert, training_texts
-from wde.engine.tasks import OutputNotSupportedError
+from wde.entrypoints.tasks import OutputNotSupportedError
 from wde.outputs import SparseEmbeddingOutput
 
 ATOL = 1e-4  # wde vs SparseEncoder.encode

@@ -22,7 +22,7 @@ from server.app_state import AppState
 from server.settings import ServerSettings
 from server.uvicorn_options import uvicorn_options
 from wde import EngineArgs
-from wde.engine.async_llm_engine import AsyncLLMEngine
+from wde.entrypoints.async_llm_engine import AsyncLLMEngine
 
 TEXTS = ["hello world", "Debian package descriptions are short", "a", "x " * 600]
 LONG_TEXT = "word " * 300  # 256 tokens after truncation: a full-length input

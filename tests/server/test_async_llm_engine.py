@@ -12,9 +12,9 @@ import pytest
 from tests.server.conftest import LONG_TEXT, TEXTS, TOLERANCE, reference, wait_for
 from tests.server.fake_engine import FakeEngine
 from wde import EngineArgs, PoolingParams
-from wde.engine.async_llm_engine import AsyncLLMEngine
-from wde.engine.engine_thread import EngineDeadError, EngineState, EngineUnavailableError
 from wde.engine.errors import InputTooLongError, RequestFailedError
+from wde.entrypoints.async_llm_engine import AsyncLLMEngine
+from wde.entrypoints.engine_thread import EngineDeadError, EngineState, EngineUnavailableError
 
 pytestmark = pytest.mark.anyio
 TIMEOUT = 30.0

@@ -23,8 +23,8 @@ from openai import AsyncOpenAI
 from server.app import create_app
 from server.settings import ServerSettings
 from tests.server.conftest import TOLERANCE
-from wde.engine.async_llm_engine import AsyncLLMEngine
-from wde.engine.engine_thread import Call
+from wde.entrypoints.async_llm_engine import AsyncLLMEngine
+from wde.entrypoints.engine_thread import Call
 from wde.request import PRIORITY_BATCH, PRIORITY_INTERACTIVE, priority
 
 pytestmark = pytest.mark.anyio

@@ -11,8 +11,8 @@ import pytest
 from tests.poisoned_forward import INNOCENT_TEXTS, MARKER, PoisonedForward
 from tests.server.conftest import TOLERANCE, asgi_client, max_abs_diff
 from wde import EngineArgs
-from wde.engine.async_llm_engine import AsyncLLMEngine
 from wde.engine.llm_engine import LLMEngine
+from wde.entrypoints.async_llm_engine import AsyncLLMEngine
 
 pytestmark = pytest.mark.anyio
 

@@ -11,7 +11,7 @@ import pytest
 from benchmarks.server_load import drive, texts_with_words
 from server.settings import ServerSettings
 from tests.server.conftest import LiveServer, live_uvicorn
-from wde.engine.async_llm_engine import AsyncLLMEngine
+from wde.entrypoints.async_llm_engine import AsyncLLMEngine
 
 TEXTS = [f"query number {index} about debian packages" for index in range(40)]
 

@@ -16,7 +16,7 @@ from server.settings import ServerSettings
 from tests.server.conftest import TOLERANCE, LiveServer, asgi_client, live_uvicorn, max_abs_diff, reference
 from tests.tiny_models import BERT_MAX_POSITIONS, SEED, reference_logits, save_tiny_bert
 from wde import EngineArgs
-from wde.engine.async_llm_engine import AsyncLLMEngine
+from wde.entrypoints.async_llm_engine import AsyncLLMEngine
 
 TIMEOUT = 60.0
 QUERY = "anti-virus toolkit for mail servers"

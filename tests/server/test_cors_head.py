@@ -12,7 +12,7 @@ import pytest
 from server import cli
 from server.settings import ServerSettings
 from tests.server.conftest import LiveServer, asgi_client, live_uvicorn
-from wde.engine.async_llm_engine import AsyncLLMEngine
+from wde.entrypoints.async_llm_engine import AsyncLLMEngine
 
 pytestmark = pytest.mark.anyio
 

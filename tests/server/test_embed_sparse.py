@@ -16,7 +16,7 @@ from tests.models.test_splade import save_splade
 from tests.server.conftest import asgi_client
 from tests.tiny_models import SEED, save_tiny_bert
 from wde import EngineArgs, PoolingParams
-from wde.engine.async_llm_engine import AsyncLLMEngine
+from wde.entrypoints.async_llm_engine import AsyncLLMEngine
 
 pytestmark = pytest.mark.anyio
 

@@ -19,9 +19,9 @@ from tests.server.conftest import asgi_client, wait_for
 from tests.server.fake_engine import FakeEngine
 from tests.server.serve_process import serve_process
 from wde import EngineArgs
-from wde.engine.async_llm_engine import AsyncLLMEngine
-from wde.engine.engine_thread import EngineDeadError
 from wde.engine.llm_engine import LLMEngine
+from wde.entrypoints.async_llm_engine import AsyncLLMEngine
+from wde.entrypoints.engine_thread import EngineDeadError
 
 TIMEOUT = 60.0
 GRACEFUL_TIMEOUT = 3.0

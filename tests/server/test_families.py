@@ -18,7 +18,7 @@ from tests.models.tiny_qwen3 import save_tiny_qwen3
 from tests.server.conftest import asgi_client
 from tests.tiny_models import save_tiny_bert, save_tiny_xlmr
 from wde import EngineArgs
-from wde.engine.async_llm_engine import AsyncLLMEngine
+from wde.entrypoints.async_llm_engine import AsyncLLMEngine
 
 pytestmark = pytest.mark.anyio
 

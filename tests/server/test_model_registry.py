@@ -16,8 +16,8 @@ from server.model_registry import EMBED, SCORE, ModelRegistry, ServedModel
 from server.models_file import read_models_file
 from tests.server.fake_engine import FakeEngine
 from wde import EngineArgs
-from wde.engine.async_llm_engine import AsyncLLMEngine
-from wde.engine.engine_thread import EngineUnavailableError
+from wde.entrypoints.async_llm_engine import AsyncLLMEngine
+from wde.entrypoints.engine_thread import EngineUnavailableError
 
 pytestmark = pytest.mark.anyio
 TIMEOUT = 30.0

@@ -22,7 +22,7 @@ from tests.server.conftest import TOLERANCE, asgi_client
 from tests.server.serve_process import ServeProcess, serve_process
 from tests.server.test_rerank_routes import DOCUMENTS, QUERY, SCORE_ATOL, reference_scores
 from wde import EngineArgs
-from wde.engine.async_llm_engine import AsyncLLMEngine
+from wde.entrypoints.async_llm_engine import AsyncLLMEngine
 
 pytestmark = pytest.mark.slow  # real `wde serve` processes, ~40 s
 

@@ -18,7 +18,7 @@ from tests.models.test_colbert import save_colbert
 from tests.server.conftest import asgi_client
 from tests.tiny_models import SEED, save_tiny_bert, save_tiny_xlmr
 from wde import EngineArgs, PoolingParams
-from wde.engine.async_llm_engine import AsyncLLMEngine
+from wde.entrypoints.async_llm_engine import AsyncLLMEngine
 
 pytestmark = pytest.mark.anyio
 

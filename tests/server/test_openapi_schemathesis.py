@@ -14,7 +14,7 @@ from server.settings import ServerSettings
 from tests.server.conftest import LiveServer, live_uvicorn
 from tests.tiny_models import SEED, save_tiny_bert
 from wde import EngineArgs
-from wde.engine.async_llm_engine import AsyncLLMEngine
+from wde.entrypoints.async_llm_engine import AsyncLLMEngine
 
 pytestmark = pytest.mark.slow  # hypothesis over every route: ~a minute
 

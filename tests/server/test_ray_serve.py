@@ -43,7 +43,7 @@ from tests.server.test_uvicorn import (  # noqa: F401 (collected here, against t
     test_openai_sdk_sees_errors_as_exceptions,
     test_ten_megabyte_body_is_413,
 )
-from wde.engine.async_llm_engine import AsyncLLMEngine
+from wde.entrypoints.async_llm_engine import AsyncLLMEngine
 
 TIMEOUT = 60.0
 FLOAT_TOLERANCE = 1e-6

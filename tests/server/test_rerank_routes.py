@@ -17,7 +17,7 @@ from server.settings import ServerSettings
 from tests.server.conftest import LiveServer, asgi_client, live_uvicorn
 from tests.tiny_models import BERT_MAX_POSITIONS, reference_logits
 from wde import EngineArgs
-from wde.engine.async_llm_engine import AsyncLLMEngine
+from wde.entrypoints.async_llm_engine import AsyncLLMEngine
 
 pytestmark = pytest.mark.anyio
 

@@ -11,7 +11,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from tests.counted_forward import CountedForward
 from tests.server.conftest import TEXTS, asgi_client
 from wde import EngineArgs, LLMEngine
-from wde.engine.async_llm_engine import AsyncLLMEngine
+from wde.entrypoints.async_llm_engine import AsyncLLMEngine
 
 pytestmark = pytest.mark.anyio
 

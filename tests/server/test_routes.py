@@ -13,7 +13,7 @@ from server.app import create_app
 from server.settings import ServerSettings
 from tests.server.conftest import LONG_TEXT, TEXTS, TOLERANCE, asgi_client, max_abs_diff, reference, wait_for
 from wde import EngineArgs
-from wde.engine.async_llm_engine import AsyncLLMEngine
+from wde.entrypoints.async_llm_engine import AsyncLLMEngine
 
 pytestmark = pytest.mark.anyio
 MODEL = "sentence-transformers/all-MiniLM-L6-v2"

@@ -15,7 +15,7 @@ import pytest
 
 from server.settings import ServerSettings
 from tests.server.conftest import LiveServer, live_uvicorn
-from wde.engine.async_llm_engine import AsyncLLMEngine
+from wde.entrypoints.async_llm_engine import AsyncLLMEngine
 
 MAX_CONCURRENT = 2
 BODY_TIMEOUT = 2.0

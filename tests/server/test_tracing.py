@@ -20,9 +20,9 @@ from server.settings import ServerSettings
 from server.tracing import Tracing, exporter_names, tracing_requested
 from tests.server.conftest import TEXTS
 from wde import EngineArgs
-from wde.engine.async_llm_engine import AsyncLLMEngine
-from wde.engine.call_record import CallRecord
-from wde.engine.tokenization_clock import TokenizationClock
+from wde.entrypoints.async_llm_engine import AsyncLLMEngine
+from wde.entrypoints.call_record import CallRecord
+from wde.entrypoints.tokenization_clock import TokenizationClock
 
 pytestmark = pytest.mark.anyio
 

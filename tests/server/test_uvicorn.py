@@ -25,7 +25,7 @@ from tests.server.conftest import (
     max_abs_diff,
     reference,
 )
-from wde.engine.async_llm_engine import AsyncLLMEngine
+from wde.entrypoints.async_llm_engine import AsyncLLMEngine
 
 MODEL = "sentence-transformers/all-MiniLM-L6-v2"
 TIMEOUT = 60.0

@@ -17,8 +17,8 @@ from wde.bulk.output_dir import OutputDir
 from wde.bulk.progress import Progress
 from wde.bulk.readers import InputSpec, count_records, read_chunks
 from wde.config import ModelConfig
-from wde.engine.llm import LLM
 from wde.engine_args import EngineArgs
+from wde.entrypoints.llm import LLM
 
 logger = logging.getLogger(__name__)
 

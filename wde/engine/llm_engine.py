@@ -16,12 +16,11 @@ from wde.engine.forward_clock import ForwardClock
 from wde.engine.memory_trimmer import MemoryTrimmer
 from wde.engine.scheduler import SchedulerOutput
 from wde.engine.stats import BatchStats, StepStats
-from wde.engine.tasks import get_task
+from wde.engine.workflow import Workflow, get_workflow
 from wde.inputs import PoolingParams, PromptType
 from wde.outputs import RequestOutput
 from wde.request import PRIORITY_INTERACTIVE, Request, RequestStatus
 from wde.tokenizer import Tokenizer
-from wde.workflow import Workflow
 
 logger = logging.getLogger(__name__)
 
@@ -77,7 +76,7 @@ class LLMEngine:
             engine_config.scheduler_config.max_num_seqs,
             engine_config.device_config.executor,
         )
-        workflow = get_task(model_config.task).workflow
+        workflow = get_workflow(model_config.task)
         return cls(engine_config, workflow, tokenizer, runner, runner.attn_backend_cls.is_padded)
 
     # ---- requests in and out ----------------------------------------------------------------------

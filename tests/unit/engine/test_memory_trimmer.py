@@ -66,7 +66,7 @@ def test_the_engine_thread_calls_on_idle_before_it_blocks_and_again_when_asked()
 
     from tests.server.fake_engine import FakeEngine
     from wde import EngineArgs
-    from wde.engine.async_llm_engine import AsyncLLMEngine
+    from wde.entrypoints.async_llm_engine import AsyncLLMEngine
 
     fake = FakeEngine()
     engine = AsyncLLMEngine(EngineArgs(), build_engine=lambda: fake)

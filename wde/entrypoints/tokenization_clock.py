@@ -14,7 +14,7 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from wde.engine.call_record import TokenizeSpan
+from wde.entrypoints.call_record import TokenizeSpan
 from wde.request import Request
 
 # Times of requests nobody takes (aborted while queued) are dropped oldest first past this many.

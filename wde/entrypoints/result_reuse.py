@@ -24,12 +24,12 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from wde.config import ModelConfig
-from wde.engine.result_cache import MIB, CacheStats, ResultCache, copy_output, size_of
+from wde.entrypoints.result_cache import MIB, CacheStats, ResultCache, copy_output, size_of
 from wde.inputs import PoolingParams
 from wde.outputs import ErrorOutput, RequestOutput
 
 if TYPE_CHECKING:
-    from wde.engine.tasks import AsyncSubmitter, Submitter
+    from wde.entrypoints.tasks import AsyncSubmitter, Submitter
 
 # The ModelConfig fields that change an output (besides the weights the path names).
 MODEL_KEY_FIELDS = (

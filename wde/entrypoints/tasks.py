@@ -1,7 +1,8 @@
-"""The task table, and each task operation written once for both front doors.
+"""The doors' task table, and each task operation written once for both front doors.
 
-A task (embed, score) is one ``Task`` entry: its workflow (the engine's stage classes), the operations a
-model of that task serves, and what to tell a caller who asks for another. The operations (``encode``,
+A task (embed, score) is one ``Task`` entry: the operations a model of that task serves and what to tell a
+caller who asks for another (the engine's stage classes for the task are ``wde.engine.workflow.WORKFLOWS``;
+both tables have the same keys). The operations (``encode``,
 ``score``, ``rerank``, ``classify``) are plans: generators that yield ``Submit`` (run these prompts with
 these params) or ``Offload`` (a blocking helper call) and receive the results. ``LLM`` drives a plan
 inline; ``AsyncLLMEngine`` drives the same plan with awaits (``Offload`` on a worker thread). So the task
@@ -25,9 +26,9 @@ from wde.engine.errors import (
     TaskNotSupportedError,
     raise_for_errors,
 )
-from wde.engine.long_inputs import Chunker, aggregate_embeddings, aggregate_scores, long_input_mode
-from wde.engine.output_precision import CALIBRATED, Calibration, quantize
-from wde.engine.scoring import (
+from wde.entrypoints.long_inputs import Chunker, aggregate_embeddings, aggregate_scores, long_input_mode
+from wde.entrypoints.output_precision import CALIBRATED, Calibration, quantize
+from wde.entrypoints.scoring import (
     CosinePlan,
     MaxSimPlan,
     cap_document_tokens,
@@ -47,13 +48,11 @@ from wde.outputs import (
     ScoreOutput,
     SparseEmbeddingOutput,
 )
-from wde.workflow import EMBED, SCORE, Workflow
 
 
 @dataclass(frozen=True)
 class Task:
     name: str
-    workflow: Workflow
     operations: tuple[str, ...]  # what a model of this task serves
     hint: str  # said to a caller who asks for another operation
 
@@ -61,7 +60,6 @@ class Task:
 TASKS: dict[str, Task] = {
     "embed": Task(
         "embed",
-        EMBED,
         ("encode", "score", "rerank"),
         "it embeds (LLM.encode; POST /embed, /v1/embeddings, or sparse: POST /embed_sparse, token vectors: "
         "POST /embed_all) and scores by similarity (LLM.score, LLM.rerank; POST /rerank, /v1/rerank); load "
@@ -69,7 +67,6 @@ TASKS: dict[str, Task] = {
     ),
     "score": Task(
         "score",
-        SCORE,
         ("score", "rerank", "classify"),
         "it scores texts and pairs (LLM.score, LLM.rerank; POST /rerank, /v1/rerank, /predict); load an "
         "embedding model for embeddings",
@@ -144,7 +141,7 @@ def encode(
     sparse outputs get the token strings of their ids (``decode``). A ``params.precision`` other than float32
     quantizes dense vectors (int8 / uint8 with the ``calibration`` set's ranges, embedded once). Inputs
     longer than max_model_len are cut, refused or, with the ``chunker``, embedded in windows
-    (``long_input``: wde/engine/long_inputs.py)."""
+    (``long_input``: wde/entrypoints/long_inputs.py)."""
     check_operation(model_config, "encode")
     check_output(model_config, params.output)
     precision = params.precision or "float32"

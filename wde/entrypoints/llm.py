@@ -10,12 +10,12 @@ from typing import Any
 
 from tqdm.auto import tqdm
 
-from wde.engine import tasks
 from wde.engine.llm_engine import LLMEngine
-from wde.engine.long_inputs import Chunker
-from wde.engine.output_precision import Calibration
-from wde.engine.result_reuse import ResultReuse
 from wde.engine_args import EngineArgs
+from wde.entrypoints import tasks
+from wde.entrypoints.long_inputs import Chunker
+from wde.entrypoints.output_precision import Calibration
+from wde.entrypoints.result_reuse import ResultReuse
 from wde.inputs import PoolingParams, PromptType, TextPair
 from wde.outputs import (
     CombinedEmbeddingOutput,

@@ -1,4 +1,7 @@
-"""A workflow names the class used at each engine stage for one task; the engine is built from it."""
+"""A workflow names the class used at each engine stage for one task; the engine is built from it.
+
+``WORKFLOWS`` is the task table of the loop: task name -> its stage classes. What each task serves to a
+caller (encode, score, rerank, classify) is the front doors' business (``wde.entrypoints.tasks``)."""
 
 from __future__ import annotations
 
@@ -36,3 +39,13 @@ SCORE = Workflow(
     scheduler=Scheduler,
     output_processor=ScoreOutputProcessor,
 )
+
+
+WORKFLOWS: dict[str, Workflow] = {EMBED.task: EMBED, SCORE.task: SCORE}
+
+
+def get_workflow(task: str) -> Workflow:
+    """The stage classes of ``task``; a ValueError naming the known tasks otherwise."""
+    if task not in WORKFLOWS:
+        raise ValueError(f"no task {task!r}; known: {sorted(WORKFLOWS)}")
+    return WORKFLOWS[task]

@@ -9,7 +9,7 @@
 The ``LLMEngine`` lives on an ``EngineThread`` and is touched by nothing else; this class only sends it
 commands and awaits the answers. A cancelled ``encode`` (client gone) aborts its requests.
 
-Each task operation is a plan in ``wde/engine/tasks.py`` (shared with ``LLM``); a coroutine here only
+Each task operation is a plan in ``wde/entrypoints/tasks.py`` (shared with ``LLM``); a coroutine here only
 builds the plan and ``_drive``s it.
 """
 
@@ -22,9 +22,11 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from wde.engine import tasks
-from wde.engine.call_record import CallObserver, CallRecord
-from wde.engine.engine_thread import (
+from wde.engine.llm_engine import LLMEngine
+from wde.engine_args import EngineArgs
+from wde.entrypoints import tasks
+from wde.entrypoints.call_record import CallObserver, CallRecord
+from wde.entrypoints.engine_thread import (
     Call,
     EngineCounts,
     EngineInfo,
@@ -33,13 +35,11 @@ from wde.engine.engine_thread import (
     EngineUnavailableError,
     StatsListener,
 )
-from wde.engine.llm_engine import LLMEngine
-from wde.engine.long_inputs import Chunker
-from wde.engine.output_precision import Calibration
-from wde.engine.result_reuse import ResultReuse
-from wde.engine.tasks import OutputNotSupportedError, TaskNotSupportedError
-from wde.engine.tokenization_clock import TokenizationClock
-from wde.engine_args import EngineArgs
+from wde.entrypoints.long_inputs import Chunker
+from wde.entrypoints.output_precision import Calibration
+from wde.entrypoints.result_reuse import ResultReuse
+from wde.entrypoints.tasks import OutputNotSupportedError, TaskNotSupportedError
+from wde.entrypoints.tokenization_clock import TokenizationClock
 from wde.inputs import PoolingParams, PromptType, TextPair
 from wde.outputs import (
     CombinedEmbeddingOutput,
@@ -163,7 +163,7 @@ class AsyncLLMEngine:
     def remove_stats_listener(self, listener: StatsListener) -> None:
         self._thread.listeners = tuple(item for item in self._thread.listeners if item is not listener)
 
-    # ---- tasks: the plans of wde/engine/tasks.py, driven with awaits --------------------------------
+    # ---- tasks: the plans of wde/entrypoints/tasks.py, driven with awaits --------------------------------
     async def encode(
         self,
         prompts: PromptType | Sequence[PromptType],
