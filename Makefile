@@ -26,9 +26,10 @@ test: ## run the whole test suite, as CI does (GPU tests skip without CUDA)
 test-fast: ## the inner-loop subset: every test but those marked slow (real weights, real `wde serve` processes)
 	$(PY) -m pytest -q -m "not slow"
 
-lint: ## ruff check + format check
+lint: ## ruff check + format check + mypy (the config in pyproject.toml: the engine loop strict)
 	$(PY) -m ruff check .
 	$(PY) -m ruff format --check .
+	$(PY) -m mypy
 
 format: ## ruff format + autofix
 	$(PY) -m ruff format .
