@@ -11,7 +11,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from wde.layers.attention.backends import varlen_cpu
+from wde.layers.attention.backends import varlen_kernel as varlen_cpu
 from wde.layers.attention.backends.naive import NaiveBackend
 from wde.layers.attention.backends.torch_sdpa import TorchSdpaBackend
 from wde.layers.attention.spec import AttentionSpec

@@ -25,7 +25,7 @@ import torch
 import torch.nn.functional as F
 
 from wde.layers.attention.backend import AttentionBackend, AttentionMetadata, allowed_keys
-from wde.layers.attention.backends import varlen_cpu
+from wde.layers.attention.backends import varlen_kernel as varlen_cpu
 from wde.layers.attention.spec import AttentionSpec
 
 # A group's longest sequence is at most this factor (or MIN_GROUP_SLACK tokens) longer than its shortest.

@@ -21,7 +21,7 @@ import torch
 
 logger = logging.getLogger(__name__)
 
-SOURCE = Path(__file__).with_name("varlen_cpu.c")
+SOURCE = Path(__file__).with_name("varlen_cpu_avx512.c")
 FLAGS = ["-O3", "-std=c11", "-fPIC", "-shared", "-fopenmp", "-mavx512f", "-mavx512dq", "-mfma"]
 MAX_HEAD_SIZE = 128  # the kernel keeps head_size / 16 accumulators of 16 floats
 
