@@ -1,4 +1,5 @@
-"""Model-free fixtures for engine tests: a fake tokenizer that counts its calls, and config factories."""
+"""Model-free fixtures for engine tests: a fake tokenizer that counts its calls, config factories, and
+request, runner and engine factories (a ``FakeRunner`` that raises on chosen requests)."""
 
 from __future__ import annotations
 
@@ -6,9 +7,12 @@ from collections.abc import Callable
 
 import pytest
 
-from wde.config import ModelConfig, SchedulerConfig
+from wde.config import DeviceConfig, EngineConfig, ModelConfig, SchedulerConfig
+from wde.engine.llm_engine import LLMEngine
 from wde.engine.request_processor import RequestProcessor
 from wde.engine.scheduler import Scheduler
+from wde.engine.workflow import get_workflow
+from wde.outputs import RequestOutput
 from wde.request import Request
 from wde.tokenizer import TextInput, TokenizedInput
 
@@ -33,8 +37,10 @@ class CountingTokenizer:
         self.calls.append(list(inputs))
         out = []
         for text in inputs:
-            assert isinstance(text, str)
-            ids = [self.CLS, *self._ids(text), self.SEP]
+            if isinstance(text, str):
+                ids = [self.CLS, *self._ids(text), self.SEP]
+            else:  # a (text_1, text_2) pair: [CLS] text_1 [SEP] text_2 [SEP]
+                ids = [self.CLS, *self._ids(text[0]), self.SEP, *self._ids(text[1]), self.SEP]
             truncated = len(ids) > self.max_length
             if truncated:
                 ids = [*ids[: self.max_length - 1], self.SEP]
@@ -104,3 +110,76 @@ def make_scheduler() -> SchedulerFactory:
 def text_request(request_id: str, num_words: int, truncate: bool = True) -> Request:
     """A request whose fake tokenization has num_words + 2 tokens."""
     return Request(request_id, text=" ".join(["word"] * num_words), truncate=truncate)
+
+
+# ---- request, runner and engine factories (vLLM tests/v1/core/utils.py style) ------------------------------
+def make_request(request_id: str, token_ids: list[int] | None = None, num_tokens: int = 4) -> Request:
+    """A tokenized request: ``token_ids`` as given, else ``num_tokens`` ids [CLS, 1000, 1001, ..., SEP]."""
+    if token_ids is None:
+        token_ids = [CountingTokenizer.CLS, *range(1000, 1000 + num_tokens - 2), CountingTokenizer.SEP]
+    return Request(request_id, token_ids=list(token_ids), token_type_ids=[0] * len(token_ids))
+
+
+class FakeRunner:
+    """A model runner without a model: a request's output is the sum of its token ids (a float), so a test can
+    check that every row got its own result. A batch that holds a poisoned request id raises, as a forward
+    pass that one input breaks; ``fail_prepare`` makes batch building raise instead."""
+
+    def __init__(self, poisoned: set[str] | None = None, fail_prepare: bool = False) -> None:
+        self.poisoned = poisoned or set()
+        self.fail_prepare = fail_prepare
+        self.batches: list[list[str]] = []  # request ids of every forward pass tried, in order
+        self.num_captures = 0
+
+    def prepare_inputs(self, requests: list[Request]) -> list[Request]:
+        if self.fail_prepare and any(request.request_id in self.poisoned for request in requests):
+            raise ValueError("cannot build this batch")
+        return list(requests)
+
+    def execute_model(self, batch: list[Request]) -> list[float]:
+        self.batches.append([request.request_id for request in batch])
+        bad = [request.request_id for request in batch if request.request_id in self.poisoned]
+        if bad:
+            raise RuntimeError(f"forward pass broken by {bad}")
+        return [float(sum(request.token_ids or ())) for request in batch]
+
+    def capture_while_idle(self, is_idle: Callable[[], bool]) -> int:
+        self.num_captures += 1
+        return 0
+
+    def has_pending_captures(self) -> bool:
+        return False
+
+
+def make_engine_config(
+    task: str = "embed", executor: str = "sync", max_num_batched_tokens: int = 64, max_num_seqs: int = 4
+) -> EngineConfig:
+    model_config = make_model_config()
+    model_config.task = task
+    scheduler_config = SchedulerConfig(max_num_batched_tokens, max_num_seqs)
+    scheduler_config.verify()
+    return EngineConfig(model_config, scheduler_config, DeviceConfig(device="cpu", executor=executor))
+
+
+def make_engine(
+    task: str = "embed", executor: str = "sync", runner: FakeRunner | None = None, **budget: int
+) -> tuple[LLMEngine, FakeRunner, CountingTokenizer]:
+    """An ``LLMEngine`` over the task's real workflow, a counting tokenizer and a ``FakeRunner``."""
+    engine_config = make_engine_config(task, executor, **budget)
+    tokenizer = CountingTokenizer(engine_config.model_config.max_model_len)
+    runner = runner or FakeRunner()
+    workflow = get_workflow(task)
+    engine = LLMEngine(engine_config, workflow, tokenizer, runner, is_padded=False)  # type: ignore[arg-type]
+    return engine, runner, tokenizer
+
+
+def run_to_completion(engine: LLMEngine) -> dict[str, RequestOutput]:
+    """Step until nothing is unfinished; every output by request id (each request answered once)."""
+    outputs: dict[str, RequestOutput] = {}
+    for _ in range(1000):
+        if not engine.has_unfinished_requests():
+            return outputs
+        for output in engine.step():
+            assert output.request_id not in outputs, f"{output.request_id} answered twice"
+            outputs[output.request_id] = output
+    raise AssertionError("the engine did not finish in 1000 steps")
