@@ -50,6 +50,10 @@ class CountingTokenizer:
     def count_tokens(self, text: TextInput) -> int:
         return len(self._ids(text)) + 2
 
+    def untruncated(self) -> CountingTokenizer:
+        """What the doors ask of an engine's tokenizer (an uncapped copy for /tokenize and chunking)."""
+        return CountingTokenizer(max_length=10**9)
+
 
 def make_model_config(max_model_len: int = 32, truncate: bool = True) -> ModelConfig:
     hf_config = {
@@ -120,6 +124,11 @@ def make_request(request_id: str, token_ids: list[int] | None = None, num_tokens
     return Request(request_id, token_ids=list(token_ids), token_type_ids=[0] * len(token_ids))
 
 
+class FakeBackend:
+    name = "fake"
+    is_padded = False
+
+
 class FakeRunner:
     """A model runner without a model: a request's output is the sum of its token ids (a float), so a test can
     check that every row got its own result. A batch that holds a poisoned request id raises, as a forward
@@ -130,6 +139,7 @@ class FakeRunner:
         self.fail_prepare = fail_prepare
         self.batches: list[list[str]] = []  # request ids of every forward pass tried, in order
         self.num_captures = 0
+        self.attn_backend_cls = FakeBackend
 
     def prepare_inputs(self, requests: list[Request]) -> list[Request]:
         if self.fail_prepare and any(request.request_id in self.poisoned for request in requests):
