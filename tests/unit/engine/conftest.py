@@ -1,10 +1,13 @@
 """Model-free fixtures for engine tests: a fake tokenizer that counts its calls, config factories, and
-request, runner and engine factories (a ``FakeRunner`` that raises on chosen requests)."""
+request, runner, engine and plan-submitter factories (a ``FakeRunner`` that raises on chosen requests, a
+``FakeSubmitter`` that answers the task plans' submissions)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from typing import Any
 
+import numpy as np
 import pytest
 
 from wde.config import DeviceConfig, EngineConfig, ModelConfig, SchedulerConfig
@@ -12,7 +15,8 @@ from wde.engine.llm_engine import LLMEngine
 from wde.engine.request_processor import RequestProcessor
 from wde.engine.scheduler import Scheduler
 from wde.engine.workflow import get_workflow
-from wde.outputs import RequestOutput
+from wde.inputs import PoolingParams
+from wde.outputs import EmbeddingOutput, ErrorOutput, RequestOutput, ScoreOutput
 from wde.request import Request
 from wde.tokenizer import TextInput, TokenizedInput
 
@@ -193,3 +197,33 @@ def run_to_completion(engine: LLMEngine) -> dict[str, RequestOutput]:
             assert output.request_id not in outputs, f"{output.request_id} answered twice"
             outputs[output.request_id] = output
     raise AssertionError("the engine did not finish in 1000 steps")
+
+
+class FakeSubmitter:
+    """A plan's ``Submit`` target without an engine: a text's embedding is a fixed unit vector drawn from its
+    hash (so equal texts embed equally), a pair's score is the length of its second text; every submission
+    is recorded. ``fail_on`` fails that text with an input error, as the engine would."""
+
+    def __init__(self, dimensions: int = 8, fail_on: str | None = None) -> None:
+        self.dimensions = dimensions
+        self.fail_on = fail_on
+        self.submissions: list[tuple[list[Any], PoolingParams]] = []
+
+    def vector(self, text: str) -> np.ndarray:
+        rng = np.random.default_rng(abs(hash(text)) % 2**32)
+        vector = rng.standard_normal(self.dimensions).astype(np.float32)  # [dimensions]
+        return vector / np.linalg.norm(vector)
+
+    def __call__(self, prompts: Sequence[Any], params: PoolingParams) -> list[RequestOutput]:
+        self.submissions.append((list(prompts), params))
+        outputs: list[RequestOutput] = []
+        for index, prompt in enumerate(prompts):
+            request_id = str(index)
+            text = prompt["prompt"] if isinstance(prompt, dict) else prompt
+            if text == self.fail_on:
+                outputs.append(ErrorOutput(request_id, ValueError("refused by the fake engine")))
+            elif isinstance(text, tuple):
+                outputs.append(ScoreOutput(request_id, np.array([len(text[1])], np.float32), 3))
+            else:
+                outputs.append(EmbeddingOutput(request_id, self.vector(text), len(text.split()) + 2))
+        return outputs
