@@ -16,7 +16,9 @@ from wde.layers.attention.selector import BACKENDS
 
 MIN_COSINE = {"float16": 0.9995, "bfloat16": 0.999}
 MAX_ABS_DIFF = {"float16": 1e-2, "bfloat16": 2e-2}
-GRAPH_ATOL = 1e-6  # replay runs the same kernels as eager: equal up to reduction order
+# Replay runs the model over the bucket's padded token count, so cuBLAS may pick other GEMM kernels (another
+# split / reduction order) than eager on the unpadded batch: float16 rounding, not bit equality.
+GRAPH_ATOL = 1e-3
 
 
 def embed(llm: LLM, texts: list[str]) -> np.ndarray:
@@ -47,19 +49,50 @@ def test_every_backend_equals_naive(backend: str, dtype: str, texts: list[str], 
     assert np.abs(ours - oracle).max() <= MAX_ABS_DIFF[dtype]
 
 
-@pytest.mark.parametrize("mode", ["eager", "lazy", "idle"])
-def test_graph_replay_equals_eager(mode: str, texts: list[str]) -> None:
-    available, reason = BACKENDS["flash_attn"].is_available("cuda", torch.float16)
+GRAPH_BACKENDS = sorted(name for name, cls in BACKENDS.items() if cls.supports_cuda_graphs)
+
+
+def graph_backend_or_skip(backend: str) -> None:
+    available, reason = BACKENDS[backend].is_available("cuda", torch.float16)
     if not available:
-        pytest.skip(f"cuda graphs need flash_attn: {reason}")
-    common = dict(device="cuda", dtype="float16", attention_backend="flash_attn", max_num_batched_tokens=4096)
+        pytest.skip(f"{backend}: {reason}")
+
+
+@pytest.mark.parametrize("backend", GRAPH_BACKENDS)
+@pytest.mark.parametrize("mode", ["eager", "lazy", "idle"])
+def test_graph_replay_equals_eager(mode: str, backend: str, texts: list[str]) -> None:
+    graph_backend_or_skip(backend)
+    common = dict(device="cuda", dtype="float16", attention_backend=backend, max_num_batched_tokens=4096)
     eager = embed(LLM(cuda_graph_mode="none", **common), texts)
     llm = LLM(cuda_graph_mode=mode, cuda_graph_buckets=[512, 1024, 2048], **common)
     graphs = embed(llm, texts)
     assert llm.engine.runner.cuda_graphs.graphs  # something was captured and replayed
+    assert not llm.engine.runner.cuda_graphs.failed
     assert np.abs(graphs - eager).max() <= GRAPH_ATOL
     singles = np.stack([llm.encode(text)[0].embedding for text in texts[:20]])  # small buckets
     assert np.abs(singles - eager[:20]).max() <= 1e-3
+
+
+@pytest.mark.parametrize("backend", GRAPH_BACKENDS)
+def test_lazy_mode_captures_a_bucket_on_first_use(backend: str, texts: list[str]) -> None:
+    """Start-up captures only the largest bucket; the first batch that fits a smaller one captures it."""
+    graph_backend_or_skip(backend)
+    llm = LLM(
+        device="cuda",
+        dtype="float16",
+        attention_backend=backend,
+        max_num_batched_tokens=4096,
+        cuda_graph_mode="lazy",
+        cuda_graph_buckets=[512, 1024, 2048],
+    )
+    manager = llm.engine.runner.cuda_graphs
+    assert sorted(manager.graphs) == [4096]
+    assert [record.when for record in manager.records] == ["startup"]
+    llm.encode(texts[0])  # one short text: the 512-token bucket
+    assert sorted(manager.graphs) == [512, 4096]
+    assert (manager.records[-1].bucket, manager.records[-1].when) == (512, "first use")
+    llm.encode(texts[1])  # replays it: no new capture
+    assert len(manager.records) == 2
 
 
 def test_auto_budget_fits_the_memory_share() -> None:

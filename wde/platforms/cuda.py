@@ -7,7 +7,9 @@ from wde.platforms.interface import Platform
 
 class CudaPlatform(Platform):
     device_type = "cuda"
-    attention_backend_order = ("flash_attn", "xformers", "torch_sdpa", "naive")
+    # flash-attn (an extra) first; then torch's own varlen FlashAttention-2 (torch >= 2.9, no extra package),
+    # which also allows CUDA graphs; xformers pads nothing either but has no graphs here
+    attention_backend_order = ("flash_attn", "torch_varlen", "xformers", "torch_sdpa", "naive")
     supported_dtypes = ("float32", "bfloat16", "float16")
     # Kernels run asynchronously: the host schedules and tokenizes batch N+1 while N runs.
     default_executor = "async"

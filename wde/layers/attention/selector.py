@@ -12,6 +12,8 @@ from wde.layers.attention.backend import AttentionBackend
 from wde.layers.attention.backends.flash_attn import FlashAttnBackend
 from wde.layers.attention.backends.naive import NaiveBackend
 from wde.layers.attention.backends.torch_sdpa import TorchSdpaBackend
+from wde.layers.attention.backends.torch_varlen import TorchVarlenBackend
+from wde.layers.attention.backends.varlen_cpu import VarlenCpuBackend
 from wde.layers.attention.backends.xformers import XFormersBackend
 from wde.layers.attention.spec import AttentionSpec
 from wde.platforms.interface import Platform
@@ -21,14 +23,22 @@ logger = logging.getLogger(__name__)
 BACKENDS: dict[str, type[AttentionBackend]] = {
     "flash_attn": FlashAttnBackend,
     "xformers": XFormersBackend,
+    "torch_varlen": TorchVarlenBackend,
+    "varlen_cpu": VarlenCpuBackend,
     "torch_sdpa": TorchSdpaBackend,
     "naive": NaiveBackend,
 }
+# the names --attention-backend takes besides "auto" (tests/unit/layers/test_selector.py keeps it equal to
+# BACKENDS' keys)
+ATTENTION_BACKEND_NAMES = ("flash_attn", "xformers", "torch_varlen", "varlen_cpu", "torch_sdpa", "naive")
 ALIASES = {
     "sdpa": "torch_sdpa",
     "flash": "flash_attn",
     "flash-attn": "flash_attn",
     "torch-sdpa": "torch_sdpa",
+    "varlen": "torch_varlen",
+    "torch-varlen": "torch_varlen",
+    "varlen-cpu": "varlen_cpu",
 }
 
 
