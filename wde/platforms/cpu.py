@@ -8,7 +8,8 @@ from wde.platforms.interface import Platform
 
 class CpuPlatform(Platform):
     device_type = "cpu"
-    attention_backend_order = ("torch_sdpa", "naive")
+    # wde's varlen kernel where the CPU (AVX2 / AVX-512F), a C compiler and every layer's spec allow it
+    attention_backend_order = ("varlen_cpu", "torch_sdpa", "naive")
     supported_dtypes = ("float32", "bfloat16")
     # On a few cores a second thread only steals cycles from torch's intra-op threads: run inline.
     default_executor = "sync"

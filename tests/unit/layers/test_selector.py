@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from wde.layers.attention.selector import select_attention_backend
+from wde.layers.attention.selector import ATTENTION_BACKEND_NAMES, BACKENDS, select_attention_backend
 from wde.layers.attention.spec import AttentionSpec
 from wde.platforms.cpu import CpuPlatform
 from wde.platforms.cuda import CudaPlatform
@@ -13,10 +13,19 @@ from wde.platforms.cuda import CudaPlatform
 SPECS = [AttentionSpec(num_heads=4, head_size=32)]
 
 
-def test_cpu_auto_picks_sdpa_and_says_why_naive_was_skipped() -> None:
+def test_cpu_auto_picks_sdpa_and_says_why_naive_was_skipped(monkeypatch: pytest.MonkeyPatch) -> None:
+    """With the varlen kernel switched off (tests/unit/layers/test_varlen_cpu_backend.py covers it on)."""
+    monkeypatch.setenv("WDE_VARLEN_ATTENTION", "0")
     backend, skipped = select_attention_backend("auto", CpuPlatform(), torch.float32, SPECS)
     assert backend.name == "torch_sdpa"
-    assert skipped == {"naive": "available, but torch_sdpa comes first on cpu"}
+    assert skipped == {
+        "varlen_cpu": "switched off by WDE_VARLEN_ATTENTION=0",
+        "naive": "available, but torch_sdpa comes first on cpu",
+    }
+
+
+def test_the_names_tuple_is_the_registry() -> None:
+    assert tuple(BACKENDS) == ATTENTION_BACKEND_NAMES
 
 
 def test_explicit_choice_and_aliases() -> None:

@@ -1,24 +1,46 @@
-"""The varlen CPU attention kernel (``varlen_cpu.c``) against the naive per-sequence oracle: lengths around
-the kernel's 16-key and 8-query blocks, every head size it takes, grouped-query heads, q / k / v as strided
-views of a fused projection, one sequence alone equal to the same sequence in a batch; and the torch_sdpa
-backend's dispatch (kernel for plain specs, the grouped SDPA path for causal / windowed / biased layers and
-when switched off). Tolerance: float32 with a different summation order and a polynomial exp2, ~1e-6 on unit
-inputs; on the large-score test inputs (x2, head size up to 128) both the kernel and naive float32 are
+"""The varlen CPU attention kernels (``varlen_cpu_avx512.c``, ``varlen_cpu_avx2.c``) against the naive
+per-sequence oracle: lengths around the kernels' key blocks (16) and query blocks (8 / 4), every head size the
+chosen kernel takes (multiples of 16 on AVX-512, of 8 on AVX2, up to 128, 112 included), grouped-query heads,
+q / k / v as strided views of a fused projection, one sequence alone equal to the same sequence in a batch.
+The tests run the kernel this CPU chooses; ``test_each_variant_matches_naive`` forces each variant in turn
+(``WDE_VARLEN_ISA``) and skips, saying so, the one the CPU cannot run.
+
+Tolerance: float32 with a different summation order and a polynomial exp2: max abs <= 1e-5 against naive on
+unit-normal inputs; on the large-score inputs (x2, head size up to 128) both the kernel and naive float32 are
 compared with a float64 oracle: the kernel's error at most 1.5x naive's own (+1e-6)."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import pytest
 import torch
 
-from wde.layers.attention.backends import varlen_kernel as varlen_cpu
+from wde.layers.attention.backends import varlen_kernel
 from wde.layers.attention.backends.naive import NaiveBackend
-from wde.layers.attention.backends.torch_sdpa import TorchSdpaBackend
 from wde.layers.attention.spec import AttentionSpec
 
-TOLERANCE = 1e-5
+TOLERANCE = 1e-5  # max abs difference from naive, float32, unit-normal inputs
+SEQ_LENS = [1, 3, 4, 5, 7, 8, 9, 15, 16, 17, 31, 32, 33, 100, 257]
+HEAD_SIZES = (8, 16, 24, 32, 40, 48, 64, 72, 96, 112, 120, 128)
 
-pytestmark = pytest.mark.skipif(not varlen_cpu.available(), reason="no AVX-512F CPU or no C compiler")
+pytestmark = pytest.mark.skipif(
+    bool(varlen_kernel.unavailable_reason()), reason=f"no varlen kernel: {varlen_kernel.unavailable_reason()}"
+)
+
+
+def _chosen_head_sizes() -> list[int]:
+    variant, _ = varlen_kernel.chosen_variant()
+    multiple = variant.head_size_multiple if variant is not None else 16
+    return [h for h in HEAD_SIZES if h % multiple == 0]
+
+
+@pytest.fixture
+def fresh_choice() -> Iterator[None]:
+    """The ISA choice is made once per process; tests that force one start and end with it undone."""
+    varlen_kernel.clear_choice()
+    yield
+    varlen_kernel.clear_choice()
 
 
 def _naive(spec: AttentionSpec, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, seq_lens: list[int]):
@@ -28,7 +50,7 @@ def _naive(spec: AttentionSpec, q: torch.Tensor, k: torch.Tensor, v: torch.Tenso
 
 def _kernel(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, seq_lens: list[int], scale: float):
     starts = torch.tensor([0, *torch.tensor(seq_lens).cumsum(0).tolist()], dtype=torch.int64)
-    return varlen_cpu.varlen_attention(q, k, v, starts, varlen_cpu.work_order(seq_lens), scale)
+    return varlen_kernel.varlen_attention(q, k, v, starts, varlen_kernel.work_order(seq_lens), scale)
 
 
 def _float64_oracle(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, seq_lens: list[int], scale: float):
@@ -41,18 +63,26 @@ def _float64_oracle(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, seq_lens:
     return torch.cat(outputs)
 
 
-@pytest.mark.parametrize("head_size", [16, 32, 48, 64, 128])
+@pytest.mark.parametrize("head_size", _chosen_head_sizes())
 def test_kernel_matches_naive_on_fused_qkv_views(head_size: int) -> None:
     torch.manual_seed(head_size)
-    seq_lens = [1, 3, 4, 5, 7, 8, 9, 15, 16, 17, 31, 32, 33, 100, 257]
     num_heads = 4
-    qkv = torch.randn(sum(seq_lens), 3, num_heads, head_size) * 2
+    qkv = torch.randn(sum(SEQ_LENS), 3, num_heads, head_size)
     q, k, v = qkv.unbind(1)  # strided views, as BERT's fused projection hands them over
     spec = AttentionSpec(num_heads=num_heads, head_size=head_size)
-    out = _kernel(q, k, v, seq_lens, spec.scale)
-    oracle = _float64_oracle(q, k, v, seq_lens, spec.scale)
-    naive_error = (_naive(spec, q, k, v, seq_lens).double() - oracle).abs().max().item()
-    kernel_error = (out.double() - oracle).abs().max().item()
+    out = _kernel(q, k, v, SEQ_LENS, spec.scale)
+    assert (out - _naive(spec, q, k, v, SEQ_LENS)).abs().max().item() <= TOLERANCE
+
+
+@pytest.mark.parametrize("head_size", [h for h in _chosen_head_sizes() if h in (16, 32, 48, 64, 112, 128)])
+def test_kernel_error_on_large_scores_is_naive_class(head_size: int) -> None:
+    torch.manual_seed(head_size)
+    qkv = torch.randn(sum(SEQ_LENS), 3, 4, head_size) * 2
+    q, k, v = qkv.unbind(1)
+    spec = AttentionSpec(num_heads=4, head_size=head_size)
+    oracle = _float64_oracle(q, k, v, SEQ_LENS, spec.scale)
+    naive_error = (_naive(spec, q, k, v, SEQ_LENS).double() - oracle).abs().max().item()
+    kernel_error = (_kernel(q, k, v, SEQ_LENS, spec.scale).double() - oracle).abs().max().item()
     assert kernel_error <= 1.5 * naive_error + 1e-6, (kernel_error, naive_error)
 
 
@@ -85,34 +115,25 @@ def test_kernel_extreme_scores_stay_finite() -> None:
     torch.testing.assert_close(out, _naive(spec, q, k, v, [40]), atol=TOLERANCE, rtol=TOLERANCE)
 
 
-@pytest.mark.parametrize(
-    "spec",
-    [
-        AttentionSpec(num_heads=4, head_size=32),
-        AttentionSpec(num_heads=4, head_size=32, causal=True),
-        AttentionSpec(num_heads=4, head_size=32, sliding_window=(3, 3)),
-        AttentionSpec(num_heads=4, head_size=24),  # not a multiple of 16: grouped SDPA
-    ],
-)
-@pytest.mark.parametrize("enabled", ["1", "0"])
-def test_sdpa_backend_dispatch_matches_naive(spec: AttentionSpec, enabled: str, monkeypatch) -> None:
-    monkeypatch.setenv("WDE_VARLEN_ATTENTION", enabled)
-    torch.manual_seed(2)
-    seq_lens = [9, 40, 41, 2]
-    q, k, v = torch.randn(3, sum(seq_lens), 4, spec.head_size).unbind(0)
-    metadata = TorchSdpaBackend.build_metadata(seq_lens, torch.device("cpu"))
-    assert (metadata.seq_starts is not None) == (enabled == "1")
-    out = TorchSdpaBackend(spec).forward(q, k, v, metadata)
-    torch.testing.assert_close(out, _naive(spec, q, k, v, seq_lens), atol=TOLERANCE, rtol=TOLERANCE)
+@pytest.mark.parametrize("isa", list(varlen_kernel.VARIANTS))
+def test_each_variant_matches_naive(isa: str, fresh_choice: None, monkeypatch: pytest.MonkeyPatch) -> None:
+    """WDE_VARLEN_ISA forces a kernel (the AVX2 one on an AVX-512 CPU); one the CPU lacks is refused."""
+    monkeypatch.setenv(varlen_kernel.ISA_ENV, isa)
+    variant, reason = varlen_kernel.chosen_variant()
+    if variant is None:
+        assert "this CPU lacks" in reason and varlen_kernel.unavailable_reason() == reason
+        pytest.skip(f"the {isa} kernel cannot run here: {reason}")
+    assert variant.isa == isa and varlen_kernel.unavailable_reason() == ""
+    torch.manual_seed(3)
+    seq_lens = [2, 16, 17, 70]
+    for head_size in (16, 64, 112):
+        q, k, v = torch.randn(3, sum(seq_lens), 6, head_size).unbind(0)
+        k, v = k[:, :2], v[:, :2]  # 3 query heads per kv head
+        spec = AttentionSpec(num_heads=6, head_size=head_size, num_kv_heads=2)
+        out = _kernel(q, k, v, seq_lens, spec.scale)
+        assert (out - _naive(spec, q, k, v, seq_lens)).abs().max().item() <= TOLERANCE, head_size
 
 
-def test_sdpa_backend_key_limits_keep_the_grouped_path() -> None:
-    seq_lens, num_keys = [6, 10], [4, 10]
-    metadata = TorchSdpaBackend.build_metadata(seq_lens, torch.device("cpu"), num_keys)
-    assert metadata.seq_starts is None  # the kernel attends to every token
-    q, k, v = torch.randn(3, 16, 2, 32).unbind(0)
-    spec = AttentionSpec(num_heads=2, head_size=32)
-    naive_metadata = NaiveBackend.build_metadata(seq_lens, torch.device("cpu"), num_keys)
-    expected = NaiveBackend(spec).forward(q, k, v, naive_metadata)
-    out = TorchSdpaBackend(spec).forward(q, k, v, metadata)
-    torch.testing.assert_close(out, expected, atol=TOLERANCE, rtol=TOLERANCE)
+def test_unknown_isa_is_refused_with_the_choices(fresh_choice: None, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(varlen_kernel.ISA_ENV, "sse2")
+    assert varlen_kernel.chosen_variant() == (None, "WDE_VARLEN_ISA='sse2' is not one of avx512, avx2")

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
-from typing import ClassVar
+from typing import ClassVar, Protocol
 
 import torch
 
@@ -98,6 +98,20 @@ class AttentionBackend(ABC):
             return key, value
         repeats = self.spec.num_queries_per_kv
         return key.repeat_interleave(repeats, dim=1), value.repeat_interleave(repeats, dim=1)
+
+
+class PositionBiasForward(Protocol):
+    """``forward`` of a backend whose ``supports`` accepts position-bias specs (naive, torch_sdpa): the bias
+    ``[num_heads, max_seqlen, max_seqlen]`` comes as a keyword."""
+
+    def __call__(
+        self,
+        query: torch.Tensor,
+        key: torch.Tensor,
+        value: torch.Tensor,
+        metadata: AttentionMetadata,
+        position_bias: torch.Tensor | None = None,
+    ) -> torch.Tensor: ...
 
 
 def allowed_keys(spec: AttentionSpec, seq_len: int, device: torch.device) -> torch.Tensor | None:

@@ -4,10 +4,12 @@ context."""
 
 from __future__ import annotations
 
+from typing import cast
+
 import torch
 from torch import nn
 
-from wde.layers.attention.backend import AttentionBackend
+from wde.layers.attention.backend import AttentionBackend, PositionBiasForward
 from wde.layers.attention.spec import AttentionSpec
 from wde.layers.forward_context import get_forward_context
 
@@ -41,7 +43,8 @@ class Attention(nn.Module):
             )
         if position_bias is None:
             return self.backend.forward(query, key, value, metadata)
-        return self.backend.forward(query, key, value, metadata, position_bias=position_bias)
+        biased_forward = cast(PositionBiasForward, self.backend.forward)  # supports() let only these bind
+        return biased_forward(query, key, value, metadata, position_bias=position_bias)
 
 
 def attention_specs(model: nn.Module) -> list[AttentionSpec]:

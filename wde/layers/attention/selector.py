@@ -69,6 +69,7 @@ def select_attention_backend(
         if usable and chosen is None:
             chosen = BACKENDS[candidate]
         elif usable:
+            assert chosen is not None
             skipped[candidate] = f"available, but {chosen.name} comes first on {platform.device_type}"
         else:
             skipped[candidate] = reason

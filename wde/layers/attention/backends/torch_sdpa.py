@@ -10,22 +10,18 @@ same spec. Grouped-query k / v are repeated to one per query head. A layer's add
 (``[num_heads, max_seqlen, max_seqlen]``) is cut to each group's length and joins the padding mask as a
 float mask.
 
-On a CPU with AVX-512F, float32 layers with a plain spec (bidirectional, no window, no position bias, every
-token a key) skip the groups: ``varlen_cpu``'s kernel attends each sequence in place on the flat batch (no
-padding, no gather / scatter copies; 2-4x faster than grouped SDPA at head size 32).
-``WDE_VARLEN_ATTENTION=0`` turns it off; the groups are then built on first use.
+On CPUs with AVX2 or AVX-512F the ``varlen_cpu`` backend comes first for the layers it honours (float32,
+plain specs); this one runs everything else. The groups are built on first use.
 """
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass, field
 
 import torch
 import torch.nn.functional as F
 
 from wde.layers.attention.backend import AttentionBackend, AttentionMetadata, allowed_keys
-from wde.layers.attention.backends import varlen_kernel as varlen_cpu
 from wde.layers.attention.spec import AttentionSpec
 
 # A group's longest sequence is at most this factor (or MIN_GROUP_SLACK tokens) longer than its shortest.
@@ -55,6 +51,7 @@ class SdpaGroup:
             return None  # equal lengths: no padding to hide; SDPA's is_causal does the rest
         pattern = allowed_keys(spec, self.max_len, self.gather_index.device)  # [max_len, max_len] or None
         if self.valid is None:
+            assert pattern is not None  # a window: neither plain nor causal only
             return pattern[None, None]
         mask = self.valid[:, None, None, :]  # [num_seqs, 1, 1, max_len]: padded keys hidden
         return mask if pattern is None else mask & pattern[None, None]
@@ -63,9 +60,6 @@ class SdpaGroup:
 @dataclass
 class SdpaMetadata(AttentionMetadata):
     device: torch.device = field(default_factory=lambda: torch.device("cpu"))
-    # the varlen CPU kernel's inputs ([num_seqs + 1] int64 sequence starts, work order); None: not usable
-    seq_starts: torch.Tensor | None = None
-    work_order: torch.Tensor | None = None
     _groups: list[SdpaGroup] | None = None
     _scatter_index: torch.Tensor | None = None
 
@@ -73,6 +67,7 @@ class SdpaMetadata(AttentionMetadata):
     def groups(self) -> list[SdpaGroup]:
         if self._groups is None:
             self._build_groups()
+        assert self._groups is not None
         return self._groups
 
     @property
@@ -80,6 +75,7 @@ class SdpaMetadata(AttentionMetadata):
         """[num_tokens]: row of each flat token in the concatenation of the groups' padded outputs"""
         if self._scatter_index is None:
             self._build_groups()
+        assert self._scatter_index is not None
         return self._scatter_index
 
     def _build_groups(self) -> None:
@@ -137,11 +133,6 @@ def with_bias(mask: torch.Tensor | None, bias: torch.Tensor) -> torch.Tensor:
     return bias[None].masked_fill(~mask, float("-inf"))  # [num_seqs, num_heads, max_len, max_len]
 
 
-def varlen_enabled() -> bool:
-    """The varlen CPU kernel may run (not switched off by WDE_VARLEN_ATTENTION=0, and built for this CPU)."""
-    return os.environ.get("WDE_VARLEN_ATTENTION", "1") != "0" and varlen_cpu.available()
-
-
 class TorchSdpaBackend(AttentionBackend):
     name = "torch_sdpa"
 
@@ -150,29 +141,17 @@ class TorchSdpaBackend(AttentionBackend):
         cls, seq_lens: list[int], device: torch.device, num_keys: list[int] | None = None
     ) -> SdpaMetadata:
         base = AttentionBackend.build_metadata(seq_lens, device, num_keys)
-        metadata = SdpaMetadata(base.seq_lens, base.cu_seqlens, base.max_seqlen, num_keys, device)
-        if device.type == "cpu" and num_keys is None and varlen_enabled():
-            metadata.seq_starts = base.cu_seqlens.to(torch.int64)
-            metadata.work_order = varlen_cpu.work_order(seq_lens)
-        return metadata
+        return SdpaMetadata(base.seq_lens, base.cu_seqlens, base.max_seqlen, num_keys, device)
 
     def forward(
         self,
         query: torch.Tensor,
         key: torch.Tensor,
         value: torch.Tensor,
-        metadata: SdpaMetadata,
+        metadata: AttentionMetadata,
         position_bias: torch.Tensor | None = None,  # [num_heads, max_seqlen, max_seqlen]
     ) -> torch.Tensor:
-        if (
-            metadata.seq_starts is not None
-            and position_bias is None
-            and self.spec.is_plain
-            and varlen_cpu.supports(query, key, value)
-        ):
-            return varlen_cpu.varlen_attention(
-                query, key, value, metadata.seq_starts, metadata.work_order, self.scale
-            )
+        assert isinstance(metadata, SdpaMetadata), "metadata from TorchSdpaBackend.build_metadata"
         key, value = self.expand_kv(key, value)
         num_heads, head_size = query.shape[1:]
         outputs = []

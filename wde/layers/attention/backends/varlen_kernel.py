@@ -1,8 +1,8 @@
-"""The CPU varlen attention kernel (``varlen_cpu.c``): built with the system C compiler at first use (the
-same toolchain ``torch.compile`` needs), cached by source and flags under ``$WDE_KERNEL_CACHE`` (default
-``~/.cache/wde/kernels``), called through ctypes on the tensors' memory. Used where the CPU has AVX-512F,
-the dtype is float32 and the layer's spec is plain (bidirectional, no window, no position bias, every token
-a key); anything else, or a failed build, keeps the grouped SDPA path (``available()`` says which).
+"""The CPU varlen attention kernels (``varlen_cpu_avx512.c``, ``varlen_cpu_avx2.c``): one is chosen by the CPU
+found (AVX-512F -> the AVX-512 kernel, else AVX2 + FMA -> the AVX2 one; ``WDE_VARLEN_ISA=avx2`` or ``avx512``
+forces one), built with the system C compiler at first use (the same toolchain ``torch.compile`` needs),
+cached by source, compiler and flags under ``$WDE_KERNEL_CACHE`` (default ``~/.cache/wde/kernels``), and
+called through ctypes on the tensors' memory. ``unavailable_reason()`` says why none can run here.
 """
 
 from __future__ import annotations
@@ -15,84 +15,141 @@ import os
 import shutil
 import subprocess
 import tempfile
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 
 logger = logging.getLogger(__name__)
 
-SOURCE = Path(__file__).with_name("varlen_cpu_avx512.c")
-FLAGS = ["-O3", "-std=c11", "-fPIC", "-shared", "-fopenmp", "-mavx512f", "-mavx512dq", "-mfma"]
-MAX_HEAD_SIZE = 128  # the kernel keeps head_size / 16 accumulators of 16 floats
+ISA_ENV = "WDE_VARLEN_ISA"  # avx512 | avx2: force one kernel (e.g. the AVX2 one on an AVX-512 machine)
+BASE_FLAGS = ("-O3", "-std=c11", "-fPIC", "-shared", "-fopenmp")
 
 
-def _cpu_has_avx512f() -> bool:
-    if torch.backends.cpu.get_cpu_capability() not in ("AVX512", "AMX"):  # torch's own dispatch level
-        return False
+@dataclass(frozen=True)
+class KernelVariant:
+    isa: str
+    source: str  # a file beside this module
+    flags: tuple[str, ...]  # on top of BASE_FLAGS
+    cpu_flags: tuple[str, ...]  # /proc/cpuinfo flags the kernel needs
+    torch_levels: tuple[str, ...]  # torch.backends.cpu.get_cpu_capability() values that imply them
+    head_size_multiple: int  # the vector width in floats
+    max_head_size: int = 128  # the kernels keep a query block of at most 128 floats per row
+
+
+VARIANTS: dict[str, KernelVariant] = {  # the CPU's best first
+    "avx512": KernelVariant(
+        "avx512",
+        "varlen_cpu_avx512.c",
+        ("-mavx512f", "-mavx512dq", "-mfma"),
+        ("avx512f",),
+        ("AVX512", "AMX"),
+        head_size_multiple=16,
+    ),
+    "avx2": KernelVariant(
+        "avx2", "varlen_cpu_avx2.c", ("-mavx2", "-mfma"), ("avx2", "fma"), ("AVX2", "AVX512", "AMX"), 8
+    ),
+}
+
+
+def _cpu_flags() -> set[str]:
     try:
-        return " avx512f " in f" {Path('/proc/cpuinfo').read_text()} ".replace("\n", " ")
+        text = Path("/proc/cpuinfo").read_text()
     except OSError:
-        return False
+        return set()
+    for line in text.splitlines():
+        if line.startswith("flags"):
+            return set(line.split(":", 1)[1].split())
+    return set()
+
+
+def _cpu_runs(variant: KernelVariant) -> bool:
+    """torch's own dispatch level agrees, and the CPU lists the flags (a hypervisor may hide some)."""
+    level = torch.backends.cpu.get_cpu_capability()
+    return level in variant.torch_levels and set(variant.cpu_flags) <= _cpu_flags()
+
+
+@functools.cache
+def chosen_variant() -> tuple[KernelVariant | None, str]:
+    """(the kernel this CPU runs, why not when None): the CPU's best, or the one WDE_VARLEN_ISA names."""
+    forced = os.environ.get(ISA_ENV, "").strip().lower()
+    if forced:
+        if forced not in VARIANTS:
+            return None, f"{ISA_ENV}={forced!r} is not one of {', '.join(VARIANTS)}"
+        variant = VARIANTS[forced]
+        if not _cpu_runs(variant):
+            return None, f"{ISA_ENV}={forced} but this CPU lacks {'/'.join(variant.cpu_flags)}"
+        return variant, ""
+    for variant in VARIANTS.values():
+        if _cpu_runs(variant):
+            return variant, ""
+    return None, "this CPU has neither AVX-512F nor AVX2 + FMA"
 
 
 def _cache_dir() -> Path:
     return Path(os.environ.get("WDE_KERNEL_CACHE", Path.home() / ".cache" / "wde" / "kernels"))
 
 
-def _build(compiler: str) -> Path:
-    source = SOURCE.read_bytes()
-    digest = hashlib.sha256(source + " ".join([compiler, *FLAGS]).encode()).hexdigest()[:16]
-    target = _cache_dir() / f"varlen_cpu_{digest}.so"
+def _build(compiler: str, variant: KernelVariant) -> Path:
+    source_path = Path(__file__).with_name(variant.source)
+    flags = [*BASE_FLAGS, *variant.flags]
+    digest = hashlib.sha256(source_path.read_bytes() + " ".join([compiler, *flags]).encode()).hexdigest()[:16]
+    target = _cache_dir() / f"varlen_cpu_{variant.isa}_{digest}.so"
     if target.exists():
         return target
     target.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=target.parent) as tmp:
         built = Path(tmp) / target.name
-        subprocess.run([compiler, *FLAGS, str(SOURCE), "-o", str(built)], check=True, capture_output=True)
+        subprocess.run(
+            [compiler, *flags, str(source_path), "-o", str(built)], check=True, capture_output=True
+        )
         os.replace(built, target)  # atomic: a concurrent build of the same source writes the same file
     return target
 
 
 @functools.cache
-def _library() -> ctypes.CDLL | None:
-    if not _cpu_has_avx512f():
-        return None
+def _load() -> tuple[ctypes.CDLL | None, str]:
+    variant, reason = chosen_variant()
+    if variant is None:
+        return None, reason
     compiler = os.environ.get("CC") or shutil.which("gcc") or shutil.which("cc")
     if compiler is None:
-        logger.info("varlen CPU attention kernel not built: no C compiler; attention runs grouped SDPA")
-        return None
+        return None, "no C compiler to build the kernel (install gcc, or set CC)"
     try:
-        library = ctypes.CDLL(str(_build(compiler)))
+        library = ctypes.CDLL(str(_build(compiler, variant)))
     except (OSError, subprocess.CalledProcessError) as e:
-        stderr = getattr(e, "stderr", b"") or b""
-        logger.warning(
-            "varlen CPU attention kernel not built (%s %s); attention runs grouped SDPA", e, stderr[-500:]
-        )
-        return None
+        stderr = (getattr(e, "stderr", b"") or b"").decode(errors="replace")[-500:]
+        logger.warning("varlen CPU attention kernel (%s) not built: %s %s", variant.isa, e, stderr)
+        return None, f"the {variant.isa} kernel did not build with {compiler}: {e}"
     function = library.wde_varlen_attention
     i64, ptr = ctypes.c_int64, ctypes.c_void_p
     function.argtypes = [ptr, ptr, ptr, ptr, ptr, *[i64] * 11, ctypes.c_float, ptr, ctypes.c_int]
     function.restype = None
-    return library
+    return library, ""
 
 
-def available() -> bool:
-    """The kernel is built (or cached) and this CPU runs it."""
-    return _library() is not None
+def clear_choice() -> None:
+    """Forget the ISA choice and the loaded kernel (the next call reads WDE_VARLEN_ISA and the CPU again)."""
+    chosen_variant.cache_clear()
+    _load.cache_clear()
 
 
-def supports(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor) -> bool:
-    """These tensors can go to the kernel as they are: CPU float32, contiguous head vectors of a size it
-    handles."""
-    head_size = query.shape[-1]
-    return (
-        head_size % 16 == 0
-        and head_size <= MAX_HEAD_SIZE
-        and all(
-            t.device.type == "cpu" and t.dtype == torch.float32 and t.stride(-1) == 1
-            for t in (query, key, value)
+def unavailable_reason() -> str:
+    """Why no kernel runs here ("" when one is built, or cached, for this CPU). Builds it on first call."""
+    return _load()[1]
+
+
+def head_size_reason(head_size: int) -> str:
+    """Why the chosen kernel cannot take this head size ("" when it can)."""
+    variant, _ = chosen_variant()
+    if variant is None:
+        return ""
+    if head_size % variant.head_size_multiple or head_size > variant.max_head_size:
+        return (
+            f"head size {head_size} is not a multiple of {variant.head_size_multiple} up to "
+            f"{variant.max_head_size} (the {variant.isa} kernel's vectors)"
         )
-    )
+    return ""
 
 
 def work_order(seq_lens: list[int]) -> torch.Tensor:
@@ -108,11 +165,12 @@ def varlen_attention(
     order: torch.Tensor,
     scale: float,
 ) -> torch.Tensor:
-    """query [num_tokens, num_heads, head_size], key / value [num_tokens, num_kv_heads, head_size] (any row
-    and head strides, contiguous head vectors), ``seq_starts`` [num_seqs + 1] int64 CPU, ``order`` from
-    ``work_order(seq_lens)`` -> [num_tokens, num_heads, head_size] float32."""
-    library = _library()
-    assert library is not None, "varlen_attention called where available() is False"
+    """query [num_tokens, num_heads, head_size], key / value [num_tokens, num_kv_heads, head_size] (float32 on
+    the CPU, any row and head strides, contiguous head vectors), ``seq_starts`` [num_seqs + 1] int64 CPU,
+    ``order`` from ``work_order(seq_lens)`` -> [num_tokens, num_heads, head_size] float32."""
+    library, reason = _load()
+    if library is None:
+        raise RuntimeError(f"the varlen CPU attention kernel cannot run here: {reason}")
     num_tokens, num_heads, head_size = query.shape
     out = torch.empty(num_tokens, num_heads, head_size, dtype=torch.float32)
     library.wde_varlen_attention(

@@ -58,8 +58,9 @@ class XFormersBackend(AttentionBackend):
         return XFormersMetadata(base.seq_lens, base.cu_seqlens, base.max_seqlen, attn_bias=attn_bias)
 
     def forward(
-        self, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, metadata: XFormersMetadata
+        self, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, metadata: AttentionMetadata
     ) -> torch.Tensor:
+        assert isinstance(metadata, XFormersMetadata), "metadata from XFormersBackend.build_metadata"
         key, value = self.expand_kv(key, value)
         attn_bias = metadata.attn_bias
         if self.causal:
