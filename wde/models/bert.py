@@ -16,6 +16,8 @@ from wde.layers.attention.layer import Attention
 from wde.layers.attention.spec import AttentionSpec
 from wde.layers.pooler.methods import PoolingMetadata, cls_pool
 from wde.layers.quantization.int8_linear import compile_options
+from wde.models.block_compile import compile_each
+from wde.models.interface import WdeModel
 from wde.models.weight_names import WeightTarget, bert_target, load_named_weights, load_weights_by_name
 
 
@@ -116,16 +118,14 @@ class BertPooler(nn.Module):
         return torch.tanh(self.dense(first_token_states))
 
 
-class BertModel(nn.Module):
+class BertModel(WdeModel):
     """Embeddings + encoder; returns the last hidden state ``[num_tokens, hidden_size]``."""
 
-    supported_tasks: tuple[str, ...] = ("embed",)
     # Checkpoint prefixes of the encoder, stripped on load ("bert.encoder..." -> "encoder...").
-    weight_prefixes: tuple[str, ...] = ("bert.", "model.")
+    weight_prefixes = ("bert.", "model.")
 
     def __init__(self, config: dict[str, Any], add_pooler: bool = False) -> None:
-        super().__init__()
-        self.config = config
+        super().__init__(config)
         self.embeddings = self._make_embeddings(config)
         self.encoder = BertEncoder(config)
         self.pooler = BertPooler(config["hidden_size"]) if add_pooler else None
@@ -143,22 +143,20 @@ class BertModel(nn.Module):
         excluded from compiling: its per-batch grouping is data-dependent), everything around it fuses (the
         QKV projection; the output projection + residual + LayerNorm + MLP, and with int8 weights the
         quantization of each linear's input into the op before it)."""
-        for layer in self.encoder.layer:
-            layer.forward = torch.compile(layer.forward, dynamic=True, options=compile_options(layer))
+        compile_each(self.encoder.layer, "forward", compile_options)
 
     def load_weights(self, weights: Iterable[tuple[str, torch.Tensor]]) -> set[str]:
         """Copy HF-named tensors in (fusing query/key/value); returns the parameter names loaded."""
         return load_named_weights(self, weights, self.weight_prefixes, self.config["hidden_size"])
 
 
-class BertForSequenceClassification(nn.Module):
+class BertForSequenceClassification(WdeModel):
     """Cross-encoder: BERT + pooler (dense, tanh on [CLS]) + classifier -> ``[num_seqs, num_labels]``."""
 
-    supported_tasks: tuple[str, ...] = ("score",)
+    supported_tasks = ("score",)
 
     def __init__(self, config: dict[str, Any]) -> None:
-        super().__init__()
-        self.config = config
+        super().__init__(config)
         self.bert = BertModel(config, add_pooler=True)
         self.classifier = nn.Linear(config["hidden_size"], num_labels(config))
 
@@ -169,6 +167,7 @@ class BertForSequenceClassification(nn.Module):
 
     def compute_logits(self, hidden_states: torch.Tensor, meta: PoolingMetadata) -> torch.Tensor:
         first_token_states = cls_pool(hidden_states, meta)  # [num_seqs, hidden_size]
+        assert self.bert.pooler is not None  # built with add_pooler=True
         return self.classifier(self.bert.pooler(first_token_states))  # [num_seqs, num_labels]
 
     def compile_blocks(self) -> None:
@@ -203,16 +202,14 @@ class MaskedLMHead(nn.Module):
         return nn.functional.linear(transformed, weight, self.bias)  # [num_tokens, vocab_size]
 
 
-class BertForMaskedLM(nn.Module):
+class BertForMaskedLM(WdeModel):
     """BERT + its masked-LM head: SPLADE sparse vectors (the head runs only when sparse output is asked for,
     on the pooler's token chunks), or pooled dense vectors of the encoder."""
 
-    supported_tasks: tuple[str, ...] = ("embed",)
-    supported_outputs: tuple[str, ...] = ("sparse", "dense")
+    supported_outputs = ("sparse", "dense")
 
     def __init__(self, config: dict[str, Any]) -> None:
-        super().__init__()
-        self.config = config
+        super().__init__(config)
         self.bert = BertModel(config)
         self.mlm_head = MaskedLMHead(
             config["hidden_size"],

@@ -38,6 +38,8 @@ from wde.layers.activation import get_act_fn
 from wde.layers.forward_context import get_forward_context
 from wde.layers.pooler.methods import PoolingMetadata, cls_pool
 from wde.models.bert import BertSelfOutput
+from wde.models.block_compile import compile_each
+from wde.models.interface import WdeModel
 from wde.models.weight_names import load_weights_by_name, strip_prefix
 
 
@@ -357,16 +359,14 @@ def _rename(name: str) -> str:
     return name.replace("encoder.LayerNorm.", "encoder.relative.LayerNorm.")
 
 
-class DebertaV2Model(nn.Module):
+class DebertaV2Model(WdeModel):
     """Embeddings + encoder; returns the last hidden state ``[num_tokens, hidden_size]``."""
 
-    supported_tasks: tuple[str, ...] = ("embed",)
     # the padded attention layout is built from host-side sequence lengths: no CUDA graph replay
-    supports_cuda_graphs: bool = False
+    supports_cuda_graphs = False
 
     def __init__(self, config: dict[str, Any]) -> None:
-        super().__init__()
-        self.config = config
+        super().__init__(config)
         self.embeddings = DebertaV2Embeddings(config)
         self.encoder = DebertaV2Encoder(config)
 
@@ -377,8 +377,7 @@ class DebertaV2Model(nn.Module):
 
     def compile_blocks(self) -> None:
         """torch.compile each layer's MLP + residual + LayerNorm; attention stays eager."""
-        for layer in self.encoder.layer:
-            layer.mlp = torch.compile(layer.mlp, dynamic=True)
+        compile_each(self.encoder.layer, "mlp")
 
     def load_weights(self, weights: Iterable[tuple[str, torch.Tensor]]) -> set[str]:
         # a checkpoint's LM head (or unused position_embeddings) finds no parameter and is skipped
@@ -400,16 +399,15 @@ class ContextPooler(nn.Module):
         return self.act_fn(self.dense(first_token_states))  # [num_seqs, pooler_hidden_size]
 
 
-class DebertaV2ForSequenceClassification(nn.Module):
+class DebertaV2ForSequenceClassification(WdeModel):
     """Cross-encoder: DeBERTa-v2 + ContextPooler + classifier on the first token ([CLS])
     -> ``[num_seqs, num_labels]``."""
 
-    supported_tasks: tuple[str, ...] = ("score",)
-    supports_cuda_graphs: bool = False
+    supported_tasks = ("score",)
+    supports_cuda_graphs = False
 
     def __init__(self, config: dict[str, Any]) -> None:
-        super().__init__()
-        self.config = config
+        super().__init__(config)
         self.deberta = DebertaV2Model(config)
         self.pooler = ContextPooler(config)
         self.classifier = nn.Linear(config["hidden_size"], num_labels(config))

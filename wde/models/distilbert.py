@@ -19,6 +19,8 @@ from wde.layers.attention.layer import Attention
 from wde.layers.attention.spec import AttentionSpec
 from wde.layers.pooler.methods import PoolingMetadata, cls_pool
 from wde.models.bert import MaskedLMHead
+from wde.models.block_compile import compile_each
+from wde.models.interface import WdeModel
 from wde.models.weight_names import WeightTarget, fused_rows, load_weights_by_name, strip_prefix
 
 LAYER_NORM_EPS = 1e-12  # transformers hard-codes it; DistilBertConfig has no such key
@@ -115,14 +117,11 @@ def distilbert_target(prefixes: tuple[str, ...], dim: int) -> Callable[[str], We
     return target
 
 
-class DistilBertModel(nn.Module):
+class DistilBertModel(WdeModel):
     """Embeddings + transformer; returns the last hidden state ``[num_tokens, dim]``."""
 
-    supported_tasks: tuple[str, ...] = ("embed",)
-
     def __init__(self, config: dict[str, Any]) -> None:
-        super().__init__()
-        self.config = config
+        super().__init__(config)
         self.embeddings = DistilBertEmbeddings(config)
         self.transformer = DistilBertTransformer(config)
 
@@ -133,22 +132,20 @@ class DistilBertModel(nn.Module):
 
     def compile_blocks(self) -> None:
         """torch.compile each block's FFN + residual + LayerNorm; attention stays eager."""
-        for layer in self.transformer.layer:
-            layer.mlp = torch.compile(layer.mlp, dynamic=True)
+        compile_each(self.transformer.layer, "mlp")
 
     def load_weights(self, weights: Iterable[tuple[str, torch.Tensor]]) -> set[str]:
         # a DistilBertForMaskedLM checkpoint's vocab_* head finds no parameter and is skipped
         return load_weights_by_name(self, weights, distilbert_target(("distilbert.",), self.config["dim"]))
 
 
-class DistilBertForSequenceClassification(nn.Module):
+class DistilBertForSequenceClassification(WdeModel):
     """Cross-encoder: DistilBERT + pre_classifier, ReLU, classifier on [CLS] -> ``[num_seqs, num_labels]``."""
 
-    supported_tasks: tuple[str, ...] = ("score",)
+    supported_tasks = ("score",)
 
     def __init__(self, config: dict[str, Any]) -> None:
-        super().__init__()
-        self.config = config
+        super().__init__(config)
         self.distilbert = DistilBertModel(config)
         self.pre_classifier = nn.Linear(config["dim"], config["dim"])
         self.classifier = nn.Linear(config["dim"], num_labels(config))
@@ -169,17 +166,15 @@ class DistilBertForSequenceClassification(nn.Module):
         return load_weights_by_name(self, weights, distilbert_target((), self.config["dim"]))
 
 
-class DistilBertForMaskedLM(nn.Module):
+class DistilBertForMaskedLM(WdeModel):
     """DistilBERT + its masked-LM head (vocab_transform, activation, vocab_layer_norm, vocab_projector tied to
     the word embeddings): SPLADE sparse vectors (the head runs on the pooler's token chunks only when sparse
     output is asked for), or pooled dense vectors of the encoder."""
 
-    supported_tasks: tuple[str, ...] = ("embed",)
-    supported_outputs: tuple[str, ...] = ("sparse", "dense")
+    supported_outputs = ("sparse", "dense")
 
     def __init__(self, config: dict[str, Any]) -> None:
-        super().__init__()
-        self.config = config
+        super().__init__(config)
         self.distilbert = DistilBertModel(config)
         self.mlm_head = MaskedLMHead(
             config["dim"],

@@ -26,6 +26,8 @@ from wde.layers.activation import get_act_fn
 from wde.layers.attention.layer import Attention
 from wde.layers.attention.spec import AttentionSpec
 from wde.layers.rotary import RotaryEmbedding, apply_rotary
+from wde.models.block_compile import compile_each
+from wde.models.interface import WdeModel
 from wde.models.weight_names import WeightTarget, fused_rows, load_weights_by_name, strip_prefix
 
 LAYER_TYPES = ("sliding_attention", "full_attention")
@@ -176,27 +178,28 @@ _QKV_SHARDS = {"q_proj": 0, "k_proj": 1, "v_proj": 2}
 _GATE_UP_SHARDS = {"gate_proj": 0, "up_proj": 1}
 
 
-class Gemma3TextModel(nn.Module):
+class Gemma3TextModel(WdeModel):
     """Scaled embeddings + decoder layers + final norm; returns the last hidden state
     ``[num_tokens, hidden_size]``."""
 
-    supported_tasks: tuple[str, ...] = ("embed",)
     # A text model saved alone has no prefix; inside Gemma3ForCausalLM / the multimodal model it has one.
-    weight_prefixes: tuple[str, ...] = ("model.language_model.", "language_model.model.", "model.")
+    weight_prefixes = ("model.language_model.", "language_model.model.", "model.")
 
     def __init__(self, config: dict[str, Any]) -> None:
-        super().__init__()
-        self.config = config
+        super().__init__(config)
         hidden_size = config["hidden_size"]
         self.embed_tokens = nn.Embedding(config["vocab_size"], hidden_size)
         self.embed_scale = hidden_size**0.5  # applied in the model's dtype, as transformers does
-        types = layer_types(config)
-        self.layers = nn.ModuleList(Gemma3DecoderLayer(config, layer_type) for layer_type in types)
+        self.layer_types = types = layer_types(config)
+        layers = [Gemma3DecoderLayer(config, layer_type) for layer_type in self.layer_types]
+        self.layers = nn.ModuleList(layers)
         self.norm = Gemma3RMSNorm(hidden_size, config.get("rms_norm_eps", 1e-6))
-        head_size = self.layers[0].self_attn.head_size
-        self.rotary = nn.ModuleDict(
-            {name: RotaryEmbedding(head_size, rope_theta(config, name)) for name in sorted(set(types))}
-        )
+        head_size = layers[0].self_attn.head_size
+        self.qkv_sizes = layers[0].self_attn.qkv_sizes  # every layer's, to split the checkpoint's q/k/v
+        # one RoPE per base (no parameters or buffers: a plain dict)
+        self.rotary: dict[str, RotaryEmbedding] = {
+            name: RotaryEmbedding(head_size, rope_theta(config, name)) for name in sorted(set(types))
+        }
 
     def forward(
         self, input_ids: torch.Tensor, positions: torch.Tensor, token_type_ids: torch.Tensor | None = None
@@ -206,19 +209,18 @@ class Gemma3TextModel(nn.Module):
         # cos, sin [num_tokens, 1, head_size] per layer type, shared by its layers
         dtype = hidden_states.dtype
         cos_sin = {name: rotary.cos_sin(positions, dtype) for name, rotary in self.rotary.items()}
-        for layer in self.layers:
-            cos, sin = cos_sin[layer.layer_type]
+        for layer, layer_type in zip(self.layers, self.layer_types, strict=True):
+            cos, sin = cos_sin[layer_type]
             hidden_states = layer(hidden_states, cos, sin)
         return self.norm(hidden_states)
 
     def compile_blocks(self) -> None:
         """torch.compile each layer's feed-forward block with dynamic token counts; attention stays eager."""
-        for layer in self.layers:
-            layer.feed_forward = torch.compile(layer.feed_forward, dynamic=True)
+        compile_each(self.layers, "feed_forward")
 
     def load_weights(self, weights: Iterable[tuple[str, torch.Tensor]]) -> set[str]:
         """Copy HF-named tensors in (fusing q/k/v and gate/up); returns the parameter names loaded."""
-        qkv_sizes = self.layers[0].self_attn.qkv_sizes
+        qkv_sizes = self.qkv_sizes
         intermediate_size = self.config["intermediate_size"]
 
         def target(name: str) -> WeightTarget | None:

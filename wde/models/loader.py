@@ -8,13 +8,13 @@ from pathlib import Path
 
 import torch
 from safetensors import safe_open
-from torch import nn
 
 from wde.config import ModelConfig
 from wde.layers.attention.backend import AttentionBackend
 from wde.layers.attention.layer import attention_specs, bind_attention_backend
 from wde.layers.attention.spec import AttentionSpec
 from wde.layers.quantization.quantize import quantize_model
+from wde.models.interface import WdeModel
 from wde.models.model_files import check_model_files, weight_files
 from wde.models.registry import resolve_architecture
 
@@ -40,7 +40,7 @@ BackendChooser = Callable[[list[AttentionSpec]], type[AttentionBackend]]
 
 def load_model(
     model_config: ModelConfig, choose_backend: BackendChooser, device: torch.device, dtype: torch.dtype
-) -> nn.Module:
+) -> WdeModel:
     """The model with its weights; ``choose_backend(specs)`` picks the attention backend class that every
     layer's spec allows (the model decides its specs: heads, kv heads, head size, causal, windows)."""
     _, model_cls = resolve_architecture(model_config.hf_config.get("architectures"), model_config.model)

@@ -22,6 +22,8 @@ from wde.layers.attention.layer import Attention
 from wde.layers.attention.spec import AttentionSpec
 from wde.layers.pooler.methods import PoolingMetadata, cls_pool, mean_pool
 from wde.layers.rotary import RotaryEmbedding, apply_rotary
+from wde.models.block_compile import compile_each
+from wde.models.interface import WdeModel
 from wde.models.weight_names import WeightTarget, load_weights_by_name, strip_prefix
 
 FULL, SLIDING = "full_attention", "sliding_attention"
@@ -143,24 +145,24 @@ class ModernBertLayer(nn.Module):
         return hidden_states + self.mlp(self.mlp_norm(hidden_states))
 
 
-class ModernBertModel(nn.Module):
+class ModernBertModel(WdeModel):
     """Embeddings + layers + final norm; returns the last hidden state ``[num_tokens, hidden_size]``."""
 
-    supported_tasks: tuple[str, ...] = ("embed",)
     # the encoder inside a ForMaskedLM / ForSequenceClassification checkpoint ("model.layers...")
-    weight_prefixes: tuple[str, ...] = ("model.",)
+    weight_prefixes = ("model.",)
 
     def __init__(self, config: dict[str, Any]) -> None:
-        super().__init__()
-        self.config = config
+        super().__init__(config)
         self.embeddings = ModernBertEmbeddings(config)
-        kinds = layer_types(config)
-        self.layers = nn.ModuleList(ModernBertLayer(config, index, kind) for index, kind in enumerate(kinds))
+        self.layer_kinds = kinds = layer_types(config)
+        layers = [ModernBertLayer(config, index, kind) for index, kind in enumerate(self.layer_kinds)]
+        self.layers = nn.ModuleList(layers)
         self.final_norm = layer_norm(config)
-        head_size = self.layers[0].attn.head_size
-        self.rotary = nn.ModuleDict(
-            {kind: RotaryEmbedding(head_size, rope_theta(config, kind)) for kind in sorted(set(kinds))}
-        )
+        head_size = layers[0].attn.head_size
+        # one RoPE per base (no parameters or buffers: a plain dict)
+        self.rotary: dict[str, RotaryEmbedding] = {
+            kind: RotaryEmbedding(head_size, rope_theta(config, kind)) for kind in sorted(set(kinds))
+        }
 
     def forward(
         self, input_ids: torch.Tensor, positions: torch.Tensor, token_type_ids: torch.Tensor | None = None
@@ -170,14 +172,13 @@ class ModernBertModel(nn.Module):
         # cos, sin [num_tokens, 1, head_size] per RoPE base, once per forward, shared by its layers
         dtype = hidden_states.dtype
         cos_sin = {kind: rotary.cos_sin(positions, dtype) for kind, rotary in self.rotary.items()}
-        for layer in self.layers:
-            hidden_states = layer(hidden_states, *cos_sin[layer.kind])
+        for layer, kind in zip(self.layers, self.layer_kinds, strict=True):
+            hidden_states = layer(hidden_states, *cos_sin[kind])
         return self.final_norm(hidden_states)
 
     def compile_blocks(self) -> None:
         """torch.compile each layer's MLP block with dynamic token counts; attention stays eager."""
-        for layer in self.layers:
-            layer.mlp_block = torch.compile(layer.mlp_block, dynamic=True)
+        compile_each(self.layers, "mlp_block")
 
     def load_weights(self, weights: Iterable[tuple[str, torch.Tensor]]) -> set[str]:
         def target(name: str) -> WeightTarget:
@@ -200,15 +201,14 @@ class ModernBertPredictionHead(nn.Module):
         return self.norm(self.act(self.dense(pooled)))  # [num_seqs, hidden_size]
 
 
-class ModernBertForSequenceClassification(nn.Module):
+class ModernBertForSequenceClassification(WdeModel):
     """Cross-encoder: ModernBERT, pooled by ``classifier_pooling`` ("cls" or "mean" over the sequence's
     tokens), head, classifier -> ``[num_seqs, num_labels]``."""
 
-    supported_tasks: tuple[str, ...] = ("score",)
+    supported_tasks = ("score",)
 
     def __init__(self, config: dict[str, Any]) -> None:
-        super().__init__()
-        self.config = config
+        super().__init__(config)
         pooling = config.get("classifier_pooling", "cls")
         if pooling not in CLASSIFIER_POOLING:
             raise ValueError(

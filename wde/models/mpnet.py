@@ -20,6 +20,8 @@ from wde.layers.attention.spec import AttentionSpec
 from wde.layers.forward_context import get_forward_context
 from wde.layers.pooler.methods import PoolingMetadata, cls_pool
 from wde.models.bert import BertSelfOutput
+from wde.models.block_compile import compile_each
+from wde.models.interface import WdeModel
 from wde.models.weight_names import WeightTarget, fused_qkv_target, load_weights_by_name
 from wde.models.xlm_roberta import RobertaClassificationHead
 
@@ -131,14 +133,15 @@ def mpnet_target(prefixes: tuple[str, ...], hidden_size: int) -> Callable[[str],
     return fused_qkv_target(prefixes, _RENAMES, _QKV, _QKV_SHARD, hidden_size)
 
 
-class MPNetModel(nn.Module):
+class MPNetModel(WdeModel):
     """Embeddings + encoder; returns the last hidden state ``[num_tokens, hidden_size]``."""
 
-    supported_tasks: tuple[str, ...] = ("embed",)
+    @classmethod
+    def reserved_positions(cls, hf_config: dict[str, Any]) -> int:
+        return PADDING_IDX + 1  # positions count from padding_idx + 1, as in RoBERTa
 
     def __init__(self, config: dict[str, Any]) -> None:
-        super().__init__()
-        self.config = config
+        super().__init__(config)
         self.embeddings = MPNetEmbeddings(config)
         self.encoder = MPNetEncoder(config)
 
@@ -149,22 +152,24 @@ class MPNetModel(nn.Module):
 
     def compile_blocks(self) -> None:
         """torch.compile each layer's MLP + residual + LayerNorm; attention stays eager."""
-        for layer in self.encoder.layer:
-            layer.mlp = torch.compile(layer.mlp, dynamic=True)
+        compile_each(self.encoder.layer, "mlp")
 
     def load_weights(self, weights: Iterable[tuple[str, torch.Tensor]]) -> set[str]:
         # the checkpoint's pooler (unused by embeddings) finds no parameter and is skipped
         return load_weights_by_name(self, weights, mpnet_target(("mpnet.",), self.config["hidden_size"]))
 
 
-class MPNetForSequenceClassification(nn.Module):
+class MPNetForSequenceClassification(WdeModel):
     """Cross-encoder: MPNet + dense, tanh, out_proj on the first token (<s>) -> ``[num_seqs, num_labels]``."""
 
-    supported_tasks: tuple[str, ...] = ("score",)
+    supported_tasks = ("score",)
+
+    @classmethod
+    def reserved_positions(cls, hf_config: dict[str, Any]) -> int:
+        return MPNetModel.reserved_positions(hf_config)
 
     def __init__(self, config: dict[str, Any]) -> None:
-        super().__init__()
-        self.config = config
+        super().__init__(config)
         self.mpnet = MPNetModel(config)
         self.classifier = RobertaClassificationHead(config)
 

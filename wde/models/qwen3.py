@@ -21,6 +21,8 @@ from wde.layers.attention.layer import Attention
 from wde.layers.attention.spec import AttentionSpec
 from wde.layers.pooler.methods import PoolingMetadata, last_pool
 from wde.layers.rotary import RotaryEmbedding, apply_rotary
+from wde.models.block_compile import compile_each
+from wde.models.interface import WdeModel
 from wde.models.weight_names import WeightTarget, fused_rows, load_weights_by_name, strip_prefix
 
 _QKV = re.compile(r"^(layers\.\d+\.self_attn)\.(q|k|v)_proj\.(weight|bias)$")
@@ -144,20 +146,20 @@ class Qwen3DecoderLayer(nn.Module):
         return hidden_states + self.mlp(self.post_attention_layernorm(hidden_states))
 
 
-class Qwen3Model(nn.Module):
+class Qwen3Model(WdeModel):
     """Token embeddings + decoder layers + final norm; returns the last hidden state [num_tokens, hidden]."""
 
-    supported_tasks: tuple[str, ...] = ("embed",)
     # Without sentence-transformers metadata, embed as Qwen3-Embedding does: last token, normalized.
     default_pooling = PoolingConfig(method="last", normalize=True)
 
     def __init__(self, config: dict[str, Any]) -> None:
-        super().__init__()
-        self.config = config
+        super().__init__(config)
         self.embed_tokens = nn.Embedding(config["vocab_size"], config["hidden_size"])
-        self.layers = nn.ModuleList(Qwen3DecoderLayer(config, i) for i in range(config["num_hidden_layers"]))
+        layers = [Qwen3DecoderLayer(config, i) for i in range(config["num_hidden_layers"])]
+        self.layers = nn.ModuleList(layers)
         self.norm = RMSNorm(config["hidden_size"], config.get("rms_norm_eps", 1e-6))
-        self.rotary_emb = RotaryEmbedding(self.layers[0].self_attn.head_size, rope_theta(config))
+        self.rotary_emb = RotaryEmbedding(layers[0].self_attn.head_size, rope_theta(config))
+        self.qkv_sizes = layers[0].self_attn.qkv_sizes  # every layer's, to split the checkpoint's q/k/v
 
     def forward(
         self, input_ids: torch.Tensor, positions: torch.Tensor, token_type_ids: torch.Tensor | None = None
@@ -171,8 +173,7 @@ class Qwen3Model(nn.Module):
 
     def compile_blocks(self) -> None:
         """torch.compile each layer's MLP block with dynamic token counts; attention stays eager."""
-        for layer in self.layers:
-            layer.mlp_block = torch.compile(layer.mlp_block, dynamic=True)
+        compile_each(self.layers, "mlp_block")
 
     def weight_target(self, name: str) -> WeightTarget | None:
         """Checkpoint name (``model.`` prefix stripped) -> our parameter and rows; None skips it."""
@@ -181,9 +182,8 @@ class Qwen3Model(nn.Module):
         name = strip_prefix(name, ("model.",))
         match = _QKV.match(name)
         if match:
-            attn: Qwen3Attention = self.layers[0].self_attn
             shard = "qkv".index(match[2])
-            return f"{match[1]}.qkv_proj.{match[3]}", fused_rows(shard, attn.qkv_sizes)
+            return f"{match[1]}.qkv_proj.{match[3]}", fused_rows(shard, self.qkv_sizes)
         match = _GATE_UP.match(name)
         if match:
             size = self.config["intermediate_size"]
@@ -214,10 +214,10 @@ class Qwen3ForCausalLM(Qwen3Model):
     score. Only those two rows of the lm_head are kept (``score_token_ids``, resolved by EngineArgs).
     """
 
-    supported_tasks: tuple[str, ...] = ("embed", "score")
-    score_tokens: tuple[str, str] = ("no", "yes")
-    pair_template: str = RERANKER_TEMPLATE
-    default_instruction: str = RERANKER_INSTRUCTION
+    supported_tasks = ("embed", "score")
+    score_tokens = ("no", "yes")
+    pair_template = RERANKER_TEMPLATE
+    default_instruction = RERANKER_INSTRUCTION
 
     def __init__(self, config: dict[str, Any]) -> None:
         super().__init__(config)

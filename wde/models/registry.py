@@ -1,20 +1,20 @@
-"""HF ``architectures`` -> our model classes. Each class lists the tasks it serves (``supported_tasks``) and,
-for embedding models, the output kinds it can produce (``supported_outputs``; "dense" when absent)."""
+"""HF ``architectures`` -> our model classes, each a ``WdeModel`` (``wde/models/interface.py`` declares what
+the engine reads from it: tasks, output kinds, pooling, reserved positions, ...). A new family is one line
+here plus its model file."""
 
 from __future__ import annotations
-
-from torch import nn
 
 from wde.models.bert import BertForMaskedLM, BertForSequenceClassification, BertModel
 from wde.models.deberta_v2 import DebertaV2ForSequenceClassification, DebertaV2Model
 from wde.models.distilbert import DistilBertForMaskedLM, DistilBertForSequenceClassification, DistilBertModel
 from wde.models.gemma3 import Gemma3TextModel
+from wde.models.interface import WdeModel
 from wde.models.modernbert import ModernBertForSequenceClassification, ModernBertModel
 from wde.models.mpnet import MPNetForSequenceClassification, MPNetModel
 from wde.models.qwen3 import Qwen3ForCausalLM, Qwen3Model
 from wde.models.xlm_roberta import XLMRobertaForSequenceClassification, XLMRobertaModel
 
-MODEL_REGISTRY: dict[str, type[nn.Module]] = {
+MODEL_REGISTRY: dict[str, type[WdeModel]] = {
     "BertModel": BertModel,
     "XLMRobertaModel": XLMRobertaModel,
     "RobertaModel": XLMRobertaModel,
@@ -37,7 +37,8 @@ MODEL_REGISTRY: dict[str, type[nn.Module]] = {
 }
 
 
-def resolve_architecture(architectures: list[str] | None, model_path: str) -> tuple[str, type[nn.Module]]:
+def resolve_architecture(architectures: list[str] | None, model_path: str) -> tuple[str, type[WdeModel]]:
+    """The first of config.json's ``architectures`` that wde serves, and its class."""
     for architecture in architectures or []:
         if architecture in MODEL_REGISTRY:
             return architecture, MODEL_REGISTRY[architecture]

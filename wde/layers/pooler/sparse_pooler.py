@@ -10,6 +10,8 @@ float32): they are made and pooled a chunk of tokens at a time, never whole.
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Callable
+from typing import cast
 
 import torch
 
@@ -23,14 +25,13 @@ from wde.outputs import SparseVector
 CHUNK_ELEMENTS = 2**24
 
 
+# the model's masked-LM head: [num_tokens, hidden_size] -> [num_tokens, vocab_size]
+MaskedLMLogits = Callable[[torch.Tensor], torch.Tensor]
+
+
 class SparsePooler:
-    def __init__(self, model: torch.nn.Module, config: SparseConfig, vocab_size: int) -> None:
-        if not hasattr(model, "compute_mlm_logits"):
-            raise ValueError(
-                f"{type(model).__name__} has no masked-LM head, which SPLADE pooling needs; serve a "
-                "*ForMaskedLM checkpoint (BertForMaskedLM, DistilBertForMaskedLM)"
-            )
-        self.model = model
+    def __init__(self, mlm_logits: MaskedLMLogits, config: SparseConfig, vocab_size: int) -> None:
+        self.mlm_logits = mlm_logits
         self.config = config
         self.vocab_size = vocab_size
         self.chunk_tokens = max(1, CHUNK_ELEMENTS // vocab_size)
@@ -54,7 +55,7 @@ class SparsePooler:
         seq = 0
         for start in range(0, num_tokens, self.chunk_tokens):
             end = min(start + self.chunk_tokens, num_tokens)
-            chunk = self._activate(self.model.compute_mlm_logits(hidden[start:end]).float())  # [chunk, vocab]
+            chunk = self._activate(self.mlm_logits(hidden[start:end]).float())  # [chunk, vocab]
             # the sequences this chunk holds tokens of: reduce each one's slice into its row
             while seq < len(cu_seqlens) - 1 and cu_seqlens[seq] < end:
                 lo, hi = max(cu_seqlens[seq], start), min(cu_seqlens[seq + 1], end)
@@ -118,4 +119,11 @@ def build_sparse_head(
         assert config.weights_path is not None  # SparseConfig.verify
         linear = load_token_weight_linear(config.weights_path, model_config.hidden_size, device, dtype)
         return TokenWeightPooler(linear, config)
-    return SparsePooler(model, config, model_config.vocab_size)
+    # model: a WdeModel, whose contract (wde/models/interface.py) the layers read without importing it
+    if not model.has_mlm_head:
+        raise ValueError(
+            f"{type(model).__name__} has no masked-LM head, which SPLADE pooling needs; serve a "
+            "*ForMaskedLM checkpoint (BertForMaskedLM, DistilBertForMaskedLM)"
+        )
+    mlm_logits = cast(MaskedLMLogits, model.compute_mlm_logits)
+    return SparsePooler(mlm_logits, config, model_config.vocab_size)
