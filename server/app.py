@@ -91,8 +91,7 @@ def create_app(
 ) -> FastAPI:
     """The app over one engine or a ``ModelRegistry``; its lifespan starts the engines (those not started)
     and drains them on shutdown. ``tracing``: OpenTelemetry spans through this tracer (default: as ``--otel``
-    and the ``OTEL_*`` environment say, ``server/tracing.py``; create the app before ``engine.start()`` for
-    the tokenization spans)."""
+    and the ``OTEL_*`` environment say, ``server/tracing.py``)."""
     # 1. shared state, metrics and tracing
     settings = (settings or ServerSettings()).with_api_key_file()
     settings.verify()

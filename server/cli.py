@@ -46,8 +46,12 @@ NO_BENCHMARKS = (
 )
 
 ENGINE_HELP = {
-    "model": "local HF-layout model directory (default: the bundled sentence-transformers/all-MiniLM-L6-v2)",
+    "model": "a local HF-layout model directory, or a Hub id ORG/NAME fetched into the Hugging Face cache "
+    "(HF_HOME / HF_HUB_CACHE; HF_HUB_OFFLINE=1: from the cache only) (default: the bundled "
+    "sentence-transformers/all-MiniLM-L6-v2)",
     "tokenizer": "tokenizer directory (default: the model's)",
+    "revision": "a Hub model's branch, tag or commit (default: main)",
+    "hf_token_file": "read the Hub access token (gated or private models) from this file (default: HF_TOKEN)",
     "served_model_name": "the name /v1/models and /info report, and /v1/embeddings accepts",
     "task": "embed or score (default: the model's first task)",
     "dtype": "auto = float32 on CPU, float16 on CUDA",
@@ -162,6 +166,9 @@ def build_parser() -> argparse.ArgumentParser:
         default=[],
         help=ENGINE_HELP["model"] + "; several: one server for them all (the request's model picks one)",
     )
+    engine_group.add_argument(  # TEI's flag (and its MODEL_ID environment variable), for drop-in configs
+        "--model-id", action="append", default=[], help="the same as MODEL: TEI's flag; MODEL_ID is read too"
+    )
     engine_group.add_argument(
         "--model-config",
         default=None,
@@ -228,7 +235,7 @@ def _add_embed_parser(commands: Any) -> None:
         "--cpus-per-actor", type=float, default=1.0, help="CPUs (torch threads) per engine"
     )
     engine_group = embed_parser.add_argument_group("engine")
-    engine_group.add_argument("--model", default=None, help=ENGINE_HELP["model"])
+    engine_group.add_argument("--model", "--model-id", dest="model", default=None, help=ENGINE_HELP["model"])
     _add_dataclass_flags(engine_group, EngineArgs, ENGINE_HELP, ENGINE_CHOICES, skip={"model"})
     _apply_environment(embed_parser)
 
@@ -310,12 +317,20 @@ def serve(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
 def _served_engine_args(args: argparse.Namespace) -> list[EngineArgs]:
     """One EngineArgs per served model: the positional models, then --model-config's; none: the default."""
     base = EngineArgs(**{name: getattr(args, name) for name in EngineArgs.field_names() if name != "model"})
-    served = [dataclasses.replace(base, model=model) for model in args.model]
+    served = [dataclasses.replace(base, model=model) for model in _model_names(args)]
     if args.model_config is not None:
         from server.models_file import read_models_file
 
         served += read_models_file(args.model_config, base)
     return served or [base]
+
+
+def _model_names(args: argparse.Namespace) -> list[str]:
+    """The positional models and --model-id's; none of them nor --model-config: TEI's MODEL_ID variable."""
+    names = [*args.model, *args.model_id]
+    if not names and args.model_config is None and os.environ.get("MODEL_ID"):
+        names = [os.environ["MODEL_ID"]]
+    return names
 
 
 def _startup_error(message: str) -> int:

@@ -19,7 +19,8 @@ from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Any
 
-from wde.entrypoints.call_record import CallRecord, TokenizeSpan
+from wde.entrypoints.call_record import CallRecord
+from wde.outputs import TokenizeSpan
 
 CURRENT_TRACE: ContextVar[RequestTrace | None] = ContextVar("wde_request_trace", default=None)
 
@@ -49,23 +50,24 @@ def add_child_spans(tracer: Any, parent_context: Any, trace: RequestTrace, respo
     trace.is_open = False
     if not trace.records:
         return  # no engine work: /info, /health, an answer before the handler ran
-    ran = [(output, tokenized) for record in trace.records for output, tokenized in _pairs(record)]
+    # the outputs that went through the engine (a result cache's hits carry no metrics)
+    ran = [output for record in trace.records for output in record.outputs if output.metrics is not None]
     # 1. queue: arrival to scheduling, over every input that reached the engine
     if ran:
-        metrics = [output.metrics for output, _ in ran]
+        metrics = [output.metrics for output in ran]
         start = min(m.arrival_time for m in metrics)
         end = max(m.scheduled_time or m.finished_time for m in metrics)
         _span(tracer, parent_context, "queue", trace, start, end, {"wde.inputs": len(ran)})
     # 2. tokenization: each batched tokenizer call
     calls: dict[TokenizeSpan, int] = defaultdict(int)
-    for _, tokenized in ran:
-        if tokenized is not None:
-            calls[tokenized] += 1
+    for output in ran:
+        if output.metrics.tokenize_span is not None:
+            calls[output.metrics.tokenize_span] += 1
     for (start, end), num_inputs in sorted(calls.items()):
         _span(tracer, parent_context, "tokenization", trace, start, end, {"wde.inputs": num_inputs})
     # 3. inference: each forward pass (its outputs share the time they were processed)
     passes: dict[float, list[Any]] = defaultdict(list)
-    for output, _ in ran:
+    for output in ran:
         if output.metrics.scheduled_time is not None:
             passes[output.metrics.finished_time].append(output)
     for finished, outputs in sorted(passes.items()):
@@ -78,15 +80,6 @@ def add_child_spans(tracer: Any, parent_context: Any, trace: RequestTrace, respo
     # 4. serialization: from the engine's last answer to the response's last byte
     answered = max(record.answered_time for record in trace.records)
     _span(tracer, parent_context, "serialization", trace, answered, max(answered, response_end), {})
-
-
-def _pairs(record: CallRecord) -> list[tuple[Any, TokenizeSpan | None]]:
-    """The outputs that went through the engine (a result cache's hits carry no metrics)."""
-    return [
-        (output, tokenized)
-        for output, tokenized in zip(record.outputs, record.tokenized, strict=True)
-        if output.metrics is not None
-    ]
 
 
 def _span(

@@ -6,7 +6,7 @@ Nothing here imports torch: dtypes are kept as names and resolved by the model r
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from wde.output_kinds import OUTPUT_KINDS
@@ -286,16 +286,21 @@ class ModelConfig:
 
 @dataclass
 class SchedulerConfig:
-    # None until the model runner's profile run picks it ("auto"); see wde/worker/memory_budget.py.
+    # None: "auto", sized by the model runner's profile run (``runner.initialize()`` returns it, and the
+    # engine runs with ``with_budget``'s copy); see wde/worker/memory_budget.py.
     max_num_batched_tokens: int | None
     max_num_seqs: int
     # How many queued requests the lazy RequestProcessor tokenizes in one batched call.
     max_num_lookahead: int = 0
-    budget_reason: str = "set explicitly"
+    budget_reason: str = "set explicitly"  # why max_num_batched_tokens is what it is (logged, tested)
 
     def __post_init__(self) -> None:
         if self.max_num_lookahead == 0:
             self.max_num_lookahead = self.max_num_seqs
+
+    def with_budget(self, max_num_batched_tokens: int, reason: str) -> SchedulerConfig:
+        """A copy with the token budget the runner chose (this one stays as configured)."""
+        return replace(self, max_num_batched_tokens=max_num_batched_tokens, budget_reason=reason)
 
     def verify(self) -> None:
         if self.max_num_batched_tokens is not None and self.max_num_batched_tokens < 1:

@@ -42,6 +42,8 @@ def default_model_path() -> str:
 class EngineArgs:
     model: str | None = None
     tokenizer: str | None = None
+    revision: str | None = None  # a Hub model's (ORG/NAME) branch, tag or commit (default: main)
+    hf_token_file: str | None = None  # a file holding the Hub access token (default: HF_TOKEN)
     served_model_name: str | None = None
     task: str = "auto"
     dtype: str = "auto"
@@ -187,15 +189,13 @@ class EngineArgs:
             raise ValueError(f"cache_size must be a number of MiB >= 0 (0: no result cache), got {size!r}")
 
     def _resolve_model_path(self) -> str:
+        """A local folder as it is; a Hub id (ORG/NAME) through the Hugging Face cache (wde/models/hub.py)."""
+        from wde.models.hub import read_token_file, resolve_model_path
+
         if self.model is None:
             return default_model_path()
-        path = Path(self.model).expanduser()
-        if not (path / "config.json").is_file():
-            raise ValueError(
-                f"model {self.model!r} is not a local directory with a config.json; wde loads models from "
-                "local directories in HuggingFace layout (download one with `hf download` first)"
-            )
-        return str(path.resolve())
+        token = read_token_file(self.hf_token_file) if self.hf_token_file else None
+        return resolve_model_path(self.model, self.revision, token)
 
     def _resolve_tokenizer_path(self, model_path: str) -> str:
         if self.tokenizer is None:

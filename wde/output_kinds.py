@@ -1,8 +1,9 @@
 """The output kinds an embedding model can hand back per text: the one table.
 
-A kind is one ``OutputKind`` entry: how a caller asks for it, the HTTP routes that serve it, and the pooler
-head that makes it (``module:function``, imported by the pooler only, so this module stays free of torch).
-Adding a kind is one entry here plus its head.
+A kind is one ``OutputKind`` entry: how a caller asks for it and the HTTP routes that serve it. The head
+that makes it is its entry in ``wde.layers.pooler.poolers.OUTPUT_HEADS`` (kept there so that this module
+stays free of torch; a test checks that both tables name the same kinds). Adding a kind is one entry here
+plus its head builder there.
 """
 
 from __future__ import annotations
@@ -15,7 +16,6 @@ class OutputKind:
     name: str
     description: str  # what one text's output is
     routes: tuple[str, ...]  # the HTTP routes that return it
-    head: str  # "module:function" building its head: (model, model_config, device, dtype) -> OutputHead
 
     @property
     def how_to_ask(self) -> str:
@@ -30,19 +30,16 @@ OUTPUT_KINDS: dict[str, OutputKind] = {
             "dense",
             "one pooled vector per text",
             ("/embed", "/v1/embeddings"),
-            "wde.layers.pooler.embedding_pooler:build_dense_head",
         ),
         OutputKind(
             "sparse",
             "vocabulary weights per text: (token id, weight) pairs (SPLADE, BGE-M3 lexical weights)",
             ("/embed_sparse", "/v1/embeddings"),
-            "wde.layers.pooler.sparse_pooler:build_sparse_head",
         ),
         OutputKind(
             "multi_vector",
             "one vector per token (ColBERT late interaction, BGE-M3 ColBERT vectors)",
             ("/embed_all", "/v1/embeddings"),
-            "wde.layers.pooler.multi_vector_pooler:build_multi_vector_head",
         ),
     )
 }

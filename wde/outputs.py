@@ -6,6 +6,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
+# (start, end) of the batched tokenizer call that tokenized one input, monotonic seconds
+TokenizeSpan = tuple[float, float]
+
 
 @dataclass
 class RequestMetrics:
@@ -14,6 +17,7 @@ class RequestMetrics:
     arrival_time: float
     scheduled_time: float | None
     finished_time: float
+    tokenize_span: TokenizeSpan | None = None  # its tokenizer call; None: token-id input, or failed before
 
     @property
     def queue_seconds(self) -> float:

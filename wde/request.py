@@ -10,6 +10,7 @@ from contextvars import ContextVar
 from dataclasses import dataclass, field
 
 from wde.inputs import PoolingParams
+from wde.outputs import TokenizeSpan
 
 # Request priorities: a lower value is scheduled first, first come first served within one priority.
 PRIORITY_INTERACTIVE = 0  # HTTP routes, LLM
@@ -53,6 +54,8 @@ class Request:
     params: PoolingParams = field(default_factory=PoolingParams)
     truncate: bool = True
     arrival_time: float = field(default_factory=time.monotonic)
+    # the batched tokenizer call that tokenized its text (stamped by the RequestProcessor; None for token ids)
+    tokenize_span: TokenizeSpan | None = None
     scheduled_time: float | None = None
     status: RequestStatus = RequestStatus.WAITING
     error: Exception | None = None

@@ -22,7 +22,6 @@ from tests.server.conftest import TEXTS
 from wde import EngineArgs
 from wde.entrypoints.async_llm_engine import AsyncLLMEngine
 from wde.entrypoints.call_record import CallRecord
-from wde.entrypoints.tokenization_clock import TokenizationClock
 
 pytestmark = pytest.mark.anyio
 
@@ -124,7 +123,7 @@ async def test_answers_without_engine_work_have_only_the_request_span(traced) ->
     assert [span.name for span in exporter.get_finished_spans()] == ["GET /info"]
 
 
-async def test_off_by_default_no_middleware_no_observer_no_clock(
+async def test_off_by_default_no_middleware_no_observer(
     async_engine: AsyncLLMEngine, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     for name in ("OTEL_TRACES_EXPORTER", "OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"):
@@ -133,17 +132,31 @@ async def test_off_by_default_no_middleware_no_observer_no_clock(
     try:
         assert app.state.tracing is None
         assert all(middleware.cls is not TracingMiddleware for middleware in app.user_middleware)
-        assert async_engine._call_observer is None and async_engine._tokenization_clock is None
+        assert async_engine._call_observer is None
         response = await post(app, "/embed", {"inputs": TEXTS[:1]}, {"traceparent": TRACEPARENT})
         assert response.status_code == 200 and "traceparent" not in response.headers
     finally:
         app.state.wde.detach()
 
 
-async def test_the_traced_engine_scheduler_tokenizes_through_the_clock(traced) -> None:
-    _, _, engine = traced
-    assert isinstance(engine._tokenization_clock, TokenizationClock)
-    assert engine._tokenization_clock._spans == {}  # every finished call took its times
+async def test_tokenization_spans_ride_on_the_outputs_of_an_engine_observed_after_start(
+    async_engine: AsyncLLMEngine,
+) -> None:
+    """The request carries its tokenizer call (no proxy around the scheduler): an observer installed on a
+    running engine sees it, and token-id inputs have none."""
+    records: list[CallRecord] = []
+    async_engine.observe_calls(records.append)
+    try:
+        token_ids = async_engine.info.tokenizer.encode("hello world").ids
+        await async_engine.encode([*TEXTS[:2], {"prompt_token_ids": token_ids}])
+    finally:
+        async_engine.observe_calls(None)
+    (record,) = records
+    text_spans = [output.metrics.tokenize_span for output in record.outputs[:2]]
+    assert text_spans[0] is not None and text_spans[0] == text_spans[1]  # one batched call for both
+    start, end = text_spans[0]
+    assert record.outputs[0].metrics.arrival_time <= start <= end <= record.outputs[0].metrics.scheduled_time
+    assert record.outputs[2].metrics.tokenize_span is None
 
 
 def test_an_answered_request_takes_no_more_engine_calls() -> None:
@@ -151,7 +164,7 @@ def test_an_answered_request_takes_no_more_engine_calls() -> None:
     request_trace = RequestTrace(time.time_ns() - time.monotonic_ns())
     token = CURRENT_TRACE.set(request_trace)
     try:
-        record = CallRecord([], [], time.monotonic())
+        record = CallRecord([], time.monotonic())
         record_call(record)
         exporter = InMemorySpanExporter()
         provider = TracerProvider()

@@ -6,6 +6,7 @@ This module does not import torch: the runner is created through the platform at
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -50,10 +51,16 @@ class LLMEngine:
 
     @classmethod
     def from_engine_args(cls, engine_args: Any) -> LLMEngine:
+        """The engine for ``EngineArgs`` (its config built here)."""
+        return cls.from_engine_config(engine_args.create_engine_config())
+
+    @classmethod
+    def from_engine_config(cls, engine_config: EngineConfig) -> LLMEngine:
+        """The engine for a built config (``wde serve`` builds each once and hands it here); the config is
+        not changed: the engine keeps a copy with the token budget its runner chose."""
         from wde.platforms import get_platform
         from wde.worker.runners import model_runner_cls
 
-        engine_config = engine_args.create_engine_config()
         model_config = engine_config.model_config
         platform = get_platform(engine_config.device_config.device)
         tokenizer = Tokenizer.from_pretrained(
@@ -63,7 +70,11 @@ class LLMEngine:
             model_config.added_special_tokens,
         )
         runner = model_runner_cls(platform.device_type)(engine_config, platform)
-        runner.initialize()
+        budget = runner.initialize()
+        scheduler_config = engine_config.scheduler_config.with_budget(
+            budget.max_num_batched_tokens, budget.reason
+        )
+        engine_config = dataclasses.replace(engine_config, scheduler_config=scheduler_config)
         logger.info(
             "engine ready: task=%s dtype=%s quantization=%s backend=%s max_model_len=%d "
             "max_num_batched_tokens=%d max_num_seqs=%d executor=%s",
@@ -72,8 +83,8 @@ class LLMEngine:
             model_config.quantization or "none",
             runner.attn_backend_cls.name,
             model_config.max_model_len,
-            engine_config.scheduler_config.max_num_batched_tokens,
-            engine_config.scheduler_config.max_num_seqs,
+            scheduler_config.max_num_batched_tokens,
+            scheduler_config.max_num_seqs,
             engine_config.device_config.executor,
         )
         workflow = get_workflow(model_config.task)

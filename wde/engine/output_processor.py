@@ -22,7 +22,7 @@ from wde.request import Request, RequestStatus
 
 
 def _metrics(request: Request, finished_time: float) -> RequestMetrics:
-    return RequestMetrics(request.arrival_time, request.scheduled_time, finished_time)
+    return RequestMetrics(request.arrival_time, request.scheduled_time, finished_time, request.tokenize_span)
 
 
 class OutputProcessor:

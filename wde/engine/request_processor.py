@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
 
 from wde.config import ModelConfig
@@ -11,7 +12,8 @@ from wde.tokenizer import TextInput, TokenizedInput, Tokenizer
 
 
 class RequestProcessor:
-    """Fills ``token_ids`` of queued requests; fails (alone) a request that is too long to run."""
+    """Fills ``token_ids`` of queued requests (and ``tokenize_span``, the batched call's start and end);
+    fails (alone) a request that is too long to run."""
 
     def __init__(self, model_config: ModelConfig, tokenizer: Tokenizer) -> None:
         self.model_config = model_config
@@ -32,11 +34,13 @@ class RequestProcessor:
         if not to_tokenize:
             return 0
         # 2. one batched tokenizer call over the window
+        start = time.monotonic()
         texts = [self._tokenizer_input(request) for request in to_tokenize]
         try:
             encodings: list[TokenizedInput | Exception] = list(self.tokenizer.encode_batch(texts))
         except Exception:  # one input the tokenizer refuses must not fail the window: find it alone
             encodings = [self._encode_one(text) for text in texts]
+        span = (start, time.monotonic())
         # 3. keep or fail each result
         for request, text, encoding in zip(to_tokenize, texts, encodings, strict=True):
             if isinstance(encoding, Exception):
@@ -49,6 +53,7 @@ class RequestProcessor:
             request.token_ids = encoding.token_ids
             request.token_type_ids = encoding.token_type_ids
             request.truncated = encoding.truncated
+            request.tokenize_span = span
             self._apply_side(request)
             if encoding.truncated and request.text_pair is not None and self.model_config.pair_template:
                 self._restore_template_tail(request)

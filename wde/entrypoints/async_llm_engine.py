@@ -39,7 +39,6 @@ from wde.entrypoints.long_inputs import Chunker
 from wde.entrypoints.output_precision import Calibration
 from wde.entrypoints.result_reuse import ResultReuse
 from wde.entrypoints.tasks import OutputNotSupportedError, TaskNotSupportedError
-from wde.entrypoints.tokenization_clock import TokenizationClock
 from wde.inputs import PoolingParams, PromptType, TextPair
 from wde.outputs import (
     CombinedEmbeddingOutput,
@@ -62,7 +61,6 @@ class AsyncLLMEngine:
         self._thread = EngineThread(self._build_engine)
         self._call_counter = itertools.count()
         self._call_observer: CallObserver | None = None  # tracing: sees each submission's outputs
-        self._tokenization_clock: TokenizationClock | None = None  # installed with the observer
         # engine_args.cache_size > 0: identical inputs run once, earlier results come from the cache (set as
         # the engine is built: it keys by the model's config)
         self.result_reuse: ResultReuse | None = None
@@ -110,10 +108,8 @@ class AsyncLLMEngine:
         return info
 
     def _build_engine(self) -> LLMEngine:
-        """On the engine thread: the LLMEngine, with the tokenization clock when calls are observed."""
+        """On the engine thread: the LLMEngine, with the result reuse when ``cache_size`` asks for it."""
         engine = self._build()
-        if self._tokenization_clock is not None:
-            self._tokenization_clock.install(engine)
         if self.engine_args.cache_size:
             self.result_reuse = ResultReuse(engine.engine_config.model_config, self.engine_args.cache_size)
         return engine
@@ -127,11 +123,8 @@ class AsyncLLMEngine:
     # ---- observation (metrics, tracing) -------------------------------------------------------------
     def observe_calls(self, observer: CallObserver | None) -> None:
         """Have ``observer(CallRecord)`` called (on the caller's event loop) with the outputs of every
-        submission to the engine, and when each input was tokenized; None stops it. Call it before
-        ``start()`` for the tokenization times (the clock wraps the scheduler as the engine is built);
-        after, the records have none. Unobserved (the default), submissions do no extra work."""
-        if observer is not None and self._tokenization_clock is None and self.state == EngineState.CREATED:
-            self._tokenization_clock = TokenizationClock()
+        submission to the engine (their ``metrics`` say when each input arrived, was tokenized, scheduled
+        and finished); None stops it. Unobserved (the default), submissions do no extra work."""
         self._call_observer = observer
 
     @property
@@ -274,14 +267,7 @@ class AsyncLLMEngine:
         except BaseException as e:
             if isinstance(e, asyncio.CancelledError):
                 self._thread.abort(request_ids)
-            if self._tokenization_clock is not None:
-                self._tokenization_clock.take(request_ids)  # forget them: nobody will ask
             raise
         if self._call_observer is not None:
-            self._observe(request_ids, outputs)
+            self._call_observer(CallRecord(outputs, time.monotonic()))
         return outputs
-
-    def _observe(self, request_ids: list[str], outputs: list[RequestOutput]) -> None:
-        clock = self._tokenization_clock
-        tokenized = [None] * len(outputs) if clock is None else clock.take(request_ids)
-        self._call_observer(CallRecord(outputs, tokenized, time.monotonic()))

@@ -1,5 +1,6 @@
-"""``CallRecord``: one submission's outputs with the times the outputs themselves do not carry, for an
-observer such as the server's tracing (``AsyncLLMEngine.observe_calls``)."""
+"""``CallRecord``: one submission's outputs and when the caller got them back, for an observer such as the
+server's tracing (``AsyncLLMEngine.observe_calls``). The engine-side times (arrival, tokenizer call,
+scheduling, finish) ride on each output's ``RequestMetrics``."""
 
 from __future__ import annotations
 
@@ -8,15 +9,10 @@ from dataclasses import dataclass
 
 from wde.outputs import RequestOutput
 
-# (start, end) of the batched tokenizer call that tokenized one input, monotonic seconds
-TokenizeSpan = tuple[float, float]
-
 
 @dataclass(frozen=True)
 class CallRecord:
     outputs: Sequence[RequestOutput]  # in input order; each carries its RequestMetrics
-    # per output: its tokenizer call, or None (token-id input, failed before, or no TokenizationClock)
-    tokenized: Sequence[TokenizeSpan | None]
     answered_time: float  # monotonic: when the caller got the outputs back
 
 

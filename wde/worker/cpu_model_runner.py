@@ -6,6 +6,7 @@ import platform as py_platform
 
 import torch
 
+from wde.worker.memory_budget import ChosenBudget
 from wde.worker.model_runner import ModelRunnerBase
 
 logger = logging.getLogger(__name__)
@@ -28,11 +29,12 @@ class CPUModelRunner(ModelRunnerBase):
                 isa,
             )
 
-    def profile_run(self) -> None:
+    def profile_run(self) -> ChosenBudget:
         """With a fixed budget a short warm-up is enough on CPU (it builds the oneDNN/MKL kernels before the
         first request); an "auto" budget runs the full measured profile."""
-        if self.engine_config.scheduler_config.max_num_batched_tokens is None:
-            super().profile_run()
-            return
+        configured = self._configured_budget()
+        if configured is None:
+            return super().profile_run()
         seq_len = min(self.model_config.max_model_len, 16)
         self.execute_model(self.prepare_inputs(self._dummy_requests(2, seq_len)))
+        return configured

@@ -40,7 +40,7 @@ class GPUModelRunner(ModelRunnerBase):
         device_config = self.engine_config.device_config
         if device_config.cuda_graph_mode == "none":
             return
-        if not getattr(self.model, "supports_cuda_graphs", True):
+        if self.model is not None and not self.model.supports_cuda_graphs:
             logger.info(
                 "cuda graphs off: %s lays its batch out from host-side lengths; running eagerly",
                 self.model_config.architecture,
@@ -53,9 +53,11 @@ class GPUModelRunner(ModelRunnerBase):
                 self.attn_backend_cls.name,
             )
             return
-        scheduler_config = self.engine_config.scheduler_config
-        buckets = graph_buckets(device_config.cuda_graph_buckets, scheduler_config.max_num_batched_tokens)
-        self.graph_capturer = TorchCudaGraphCapturer(self, buckets[-1], scheduler_config.max_num_seqs)
+        if self.budget is None:
+            raise RuntimeError("capture_model() runs after profile_run() chose the token budget")
+        buckets = graph_buckets(device_config.cuda_graph_buckets, self.budget.max_num_batched_tokens)
+        max_num_seqs = self.engine_config.scheduler_config.max_num_seqs
+        self.graph_capturer = TorchCudaGraphCapturer(self, buckets[-1], max_num_seqs)
         self.cuda_graphs = CudaGraphManager(buckets, device_config.cuda_graph_mode, self.graph_capturer)
         with torch.inference_mode():
             self.cuda_graphs.startup()

@@ -1,7 +1,8 @@
 """``max_num_batched_tokens="auto"``: the largest token budget whose activations fit the memory share.
 
 The runner measures one worst-case batch (``profile_run``); this module turns that measurement into a
-budget. Pure arithmetic, so it is tested with made-up profiles.
+``ChosenBudget``, which ``runner.initialize()`` returns to the engine (the runner writes no config). Pure
+arithmetic, so it is tested with made-up profiles.
 """
 
 from __future__ import annotations
@@ -10,6 +11,15 @@ from dataclasses import dataclass
 
 # Budgets are rounded down to a multiple of this (when larger), so CUDA-graph buckets line up.
 BUDGET_ALIGNMENT = 256
+
+
+@dataclass(frozen=True)
+class ChosenBudget:
+    """The token budget a runner runs with, and why: as configured (``SchedulerConfig.budget_reason``), or
+    sized from the profile run for ``max_num_batched_tokens="auto"``."""
+
+    max_num_batched_tokens: int
+    reason: str
 
 
 @dataclass
@@ -26,8 +36,8 @@ class MemoryProfile:
 
 def choose_token_budget(
     profile: MemoryProfile, memory_utilization: float, max_model_len: int, max_budget: int
-) -> tuple[int, str]:
-    """(max_num_batched_tokens, why). Raises when not even one max_model_len sequence fits."""
+) -> ChosenBudget:
+    """The largest budget that fits, with why. Raises when not even one max_model_len sequence fits."""
     usable = profile.total_bytes * memory_utilization - profile.weight_bytes
     gib = 2**30
     if usable <= 0:
@@ -49,10 +59,10 @@ def choose_token_budget(
         budget -= budget % BUDGET_ALIGNMENT
     budget = max(budget, max_model_len)
     limit = "memory" if fitting <= max_budget else f"the cap of {max_budget} tokens"
-    why = (
+    reason = (
         f"{budget} tokens: {profile.bytes_per_token / 1024:.1f} KiB of activations per token (measured on "
         f"{profile.num_profile_tokens} tokens), {usable / gib:.2f} GiB usable = {memory_utilization:.0%} of "
         f"{profile.total_bytes / gib:.2f} GiB minus {profile.weight_bytes / gib:.2f} GiB of weights; "
         f"limited by {limit}"
     )
-    return budget, why
+    return ChosenBudget(budget, reason)

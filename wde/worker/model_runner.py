@@ -22,7 +22,7 @@ from wde.platforms import Platform, get_platform
 from wde.request import Request
 from wde.worker.cuda_graphs import CudaGraphManager
 from wde.worker.input_batch import InputBatch
-from wde.worker.memory_budget import MemoryProfile, choose_token_budget
+from wde.worker.memory_budget import ChosenBudget, MemoryProfile, choose_token_budget
 
 logger = logging.getLogger(__name__)
 
@@ -49,6 +49,7 @@ class ModelRunnerBase:
         self.pooler: Pooler | None = None
         self.weight_bytes = 0
         self.memory_profile: MemoryProfile | None = None
+        self.budget: ChosenBudget | None = None  # the token budget, chosen by initialize()
         # CUDA graphs (set by capture_model on devices that have them)
         self.cuda_graphs: CudaGraphManager | None = None
         self.graph_capturer: Any = None
@@ -95,9 +96,10 @@ class ModelRunnerBase:
         )
         return self.attn_backend_cls
 
-    def profile_run(self) -> None:
+    def profile_run(self) -> ChosenBudget:
         """Run one worst-case batch (max-length sequences filling the budget) and measure its peak memory;
-        with an "auto" budget, pick the largest budget that fits the memory share."""
+        returns the configured budget, or with an "auto" one the largest budget that fits the memory
+        share."""
         scheduler_config = self.engine_config.scheduler_config
         max_model_len = self.model_config.max_model_len
         num_tokens = scheduler_config.max_num_batched_tokens or max(
@@ -125,25 +127,37 @@ class ModelRunnerBase:
             self.memory_profile.peak_activation_bytes / 2**20,
         )
         # 2. size the budget when asked to
+        configured = self._configured_budget()
+        if configured is not None:
+            return configured
+        budget = choose_token_budget(
+            self.memory_profile,
+            self.engine_config.device_config.gpu_memory_utilization,
+            max_model_len,
+            self.platform.max_auto_num_batched_tokens,
+        )
+        logger.info("max_num_batched_tokens=auto -> %s", budget.reason)
+        return budget
+
+    def _configured_budget(self) -> ChosenBudget | None:
+        """The budget set in the config (explicitly or the platform's default); None for "auto"."""
+        scheduler_config = self.engine_config.scheduler_config
         if scheduler_config.max_num_batched_tokens is None:
-            budget, why = choose_token_budget(
-                self.memory_profile,
-                self.engine_config.device_config.gpu_memory_utilization,
-                max_model_len,
-                self.platform.max_auto_num_batched_tokens,
-            )
-            scheduler_config.max_num_batched_tokens, scheduler_config.budget_reason = budget, why
-            logger.info("max_num_batched_tokens=auto -> %s", why)
+            return None
+        return ChosenBudget(scheduler_config.max_num_batched_tokens, scheduler_config.budget_reason)
 
     def capture_model(self) -> None:
         """Capture device graphs for the flat batch; devices without graphs run eagerly."""
 
     # ---- logic shared by every device -------------------------------------------------------------
-    def initialize(self) -> None:
+    def initialize(self) -> ChosenBudget:
+        """Load the model and its pooler, run the profile batch, capture device graphs; returns the token
+        budget chosen (with its reason) for the engine's scheduler."""
         self.load_model()
         self.pooler = self._make_pooler()
-        self.profile_run()
+        self.budget = self.profile_run()
         self.capture_model()
+        return self.budget
 
     def _make_pooler(self) -> Pooler:
         return POOLERS[self.model_config.task](self.model, self.model_config, self.device, self.dtype)
