@@ -290,8 +290,8 @@ def serve(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
         settings = settings.with_api_key_file()
         settings.verify()
         all_engine_args = _served_engine_args(args)
-        for engine_args in all_engine_args:
-            engine_args.create_engine_config()
+        for each_engine_args in all_engine_args:
+            each_engine_args.create_engine_config()
     except (ValueError, TypeError, OSError) as e:
         return _startup_error(str(e))
     engine_args = all_engine_args[0] if len(all_engine_args) == 1 else all_engine_args

@@ -3,7 +3,8 @@
     models:
       - model: /models/all-MiniLM-L6-v2      # a local folder in Hugging Face layout
         served_model_name: minilm            # the name requests use (default: the model as given)
-      - model: /models/ms-marco-MiniLM-L6-v2
+      - model: cross-encoder/ms-marco-MiniLM-L6-v2   # or a Hub id (fetched into the Hugging Face cache)
+        revision: main                       # the Hub revision (branch, tag or commit)
         served_model_name: reranker
         max_num_batched_tokens: 4096         # any EngineArgs field (the `wde serve` engine flag, with _)
 
@@ -36,7 +37,9 @@ def read_models_file(path: str, base: EngineArgs) -> list[EngineArgs]:
 def _entry_args(path: str, index: int, entry: Any, base: EngineArgs) -> EngineArgs:
     where = f"--model-config {path}: models[{index}]"
     if not isinstance(entry, dict) or "model" not in entry:
-        raise ValueError(f"{where} must be a mapping with a 'model' key (a local model folder)")
+        raise ValueError(
+            f"{where} must be a mapping with a 'model' key (a local model folder or a Hub id ORG/NAME)"
+        )
     known = set(EngineArgs.field_names())
     unknown = sorted(set(entry) - known)
     if unknown:

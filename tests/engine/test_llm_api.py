@@ -152,5 +152,6 @@ def test_unknown_engine_argument_is_named() -> None:
 
 
 def test_non_local_model_path_says_what_to_do() -> None:
+    # a path-like name that is not a folder (a repo id goes to the Hub: tests/models/test_hub.py)
     with pytest.raises(ValueError, match=r"not a local directory with a config\.json"):
-        LLM("sentence-transformers/all-MiniLM-L6-v2")
+        LLM("./no-such-model-folder")
