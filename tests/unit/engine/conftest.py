@@ -18,7 +18,7 @@ from wde.engine.workflow import get_workflow
 from wde.inputs import PoolingParams
 from wde.outputs import EmbeddingOutput, ErrorOutput, RequestOutput, ScoreOutput
 from wde.request import Request
-from wde.tokenizer import TextInput, TokenizedInput
+from wde.tokenizer import TextInput, TokenizedInput, Truncation
 
 
 class CountingTokenizer:
@@ -37,17 +37,23 @@ class CountingTokenizer:
     def _ids(self, text: str) -> list[int]:
         return [1000 + len(word) for word in text.split()]
 
-    def encode_batch(self, inputs: list[TextInput]) -> list[TokenizedInput]:
+    def encode_batch(
+        self, inputs: list[TextInput], truncation: Truncation | None = None
+    ) -> list[TokenizedInput]:
         self.calls.append(list(inputs))
+        max_length = self.max_length if truncation is None else truncation.max_length
+        keep_end = truncation is not None and truncation.direction == "left"
         out = []
         for text in inputs:
             if isinstance(text, str):
                 ids = [self.CLS, *self._ids(text), self.SEP]
             else:  # a (text_1, text_2) pair: [CLS] text_1 [SEP] text_2 [SEP]
                 ids = [self.CLS, *self._ids(text[0]), self.SEP, *self._ids(text[1]), self.SEP]
-            truncated = len(ids) > self.max_length
-            if truncated:
-                ids = [*ids[: self.max_length - 1], self.SEP]
+            truncated = len(ids) > max_length
+            if truncated and keep_end:
+                ids = [self.CLS, *ids[len(ids) - max_length + 1 :]]
+            elif truncated:
+                ids = [*ids[: max_length - 1], self.SEP]
             out.append(TokenizedInput(ids, [0] * len(ids), truncated))
         return out
 

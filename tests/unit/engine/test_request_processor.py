@@ -9,7 +9,7 @@ from wde.engine.errors import InputTooLongError
 from wde.engine.request_processor import RequestProcessor
 from wde.inputs import PoolingParams
 from wde.request import Request, RequestStatus
-from wde.tokenizer import TextInput, TokenizedInput
+from wde.tokenizer import TextInput, TokenizedInput, Truncation
 
 
 def _processor(max_model_len: int = 8) -> tuple[RequestProcessor, CountingTokenizer]:
@@ -54,11 +54,13 @@ def test_token_id_inputs_are_cut_to_max_model_len() -> None:
 class RefusingTokenizer(CountingTokenizer):
     """Refuses any batch holding the text "poison", as a tokenizer error on one input would."""
 
-    def encode_batch(self, inputs: list[TextInput]) -> list[TokenizedInput]:
+    def encode_batch(
+        self, inputs: list[TextInput], truncation: Truncation | None = None
+    ) -> list[TokenizedInput]:
         if "poison" in inputs:
             self.calls.append(list(inputs))
             raise TypeError("cannot tokenize")
-        return super().encode_batch(inputs)
+        return super().encode_batch(inputs, truncation)
 
 
 def test_a_refused_input_fails_alone() -> None:
