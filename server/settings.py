@@ -12,6 +12,9 @@ from pathlib import Path
 DEFAULT_PAYLOAD_LIMIT = 2_000_000
 DEFAULT_MAX_CLIENT_BATCH_SIZE = 2048
 DEFAULT_MAX_CONCURRENT_REQUESTS = 512
+# /tokenize answers ~70 bytes of JSON per token: 131,072 tokens (about 500,000 characters of English) is
+# a ~9 MB answer.
+DEFAULT_MAX_TOKENIZE_TOKENS = 131_072
 
 
 @dataclass
@@ -20,9 +23,14 @@ class ServerSettings:
     api_key_file: str | None = None  # a file holding the key (unlike --api-key, not visible in `ps`)
     payload_limit: int = DEFAULT_PAYLOAD_LIMIT  # bytes of one request body
     max_client_batch_size: int = DEFAULT_MAX_CLIENT_BATCH_SIZE  # inputs in one request
+    # tokens one /tokenize request answers, its inputs together (~70 bytes of JSON each); more get 422
+    max_tokenize_tokens: int = DEFAULT_MAX_TOKENIZE_TOKENS
     max_concurrent_requests: int = DEFAULT_MAX_CONCURRENT_REQUESTS  # in flight; more get 429 at once
     retry_after_seconds: int = 1  # the Retry-After of 429 / 503 answers
     strict_model_name: bool = False  # 404 for a request naming another model (default: any name is served)
+    # 422 for a body with fields its route does not know (default: ignored, as TEI and vLLM do; logged at
+    # debug and listed in the x-wde-ignored-fields response header)
+    strict_request_fields: bool = False
     access_log: bool = True  # one INFO line per request (wde.access)
     exit_on_engine_failure: bool = True  # a dead engine stops the server: exit 1 for a supervisor
     max_batch_seconds: float = 300.0  # a forward pass running longer makes /health 503 (wedged)
@@ -46,6 +54,7 @@ class ServerSettings:
         for name in (
             "payload_limit",
             "max_client_batch_size",
+            "max_tokenize_tokens",
             "max_concurrent_requests",
             "max_header_bytes",
             "batch_lines_in_flight",

@@ -48,7 +48,7 @@ def read_lines(content: bytes, endpoint: str) -> list[LineRequest | LineError]:
         raise InputFileError(
             "invalid_file", f"the input file is not UTF-8 (byte {e.start}); upload UTF-8 JSONL"
         ) from None
-    numbered = [(number, line) for number, line in enumerate(text.splitlines(), 1) if line.strip()]
+    numbered = [(number, line) for number, line in enumerate(jsonl_lines(text), 1) if line.strip()]
     if not numbered:
         raise InputFileError("empty_file", "the input file has no lines; upload one JSON request per line")
     if len(numbered) > MAX_LINES:
@@ -65,6 +65,13 @@ def read_lines(content: bytes, endpoint: str) -> list[LineRequest | LineError]:
             seen.add(entry.custom_id)
         entries.append(entry)
     return entries
+
+
+def jsonl_lines(text: str) -> list[str]:
+    """The lines of a JSONL text: split on ``\n`` only, a trailing ``\r`` dropped. Not ``str.splitlines()``,
+    which also splits at U+2028, U+2029, U+0085 and other characters JSON strings may hold unescaped (orjson
+    and ``json.dumps(ensure_ascii=False)`` write them as they are)."""
+    return [line.removesuffix("\r") for line in text.split("\n")]
 
 
 def _read_line(number: int, line: str, endpoint: str, seen: set[str]) -> LineRequest | LineError:

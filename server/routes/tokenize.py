@@ -1,33 +1,64 @@
-"""TEI ``POST /tokenize``: per input, its tokens with ids, text and character offsets (no truncation)."""
+"""TEI ``POST /tokenize``: per input, its tokens with ids, text and character offsets (no truncation).
+
+The cost of one request is bounded like every other route's: each text at most ``MAX_INPUT_CHARS``
+characters (``InputProcessor``'s limit), the inputs together at most ``--max-tokenize-tokens`` tokens.
+Tokenizing and building the JSON run off the event loop, and the answer is streamed a slice of tokens at a
+time, so neither a per-token dict of the whole answer nor the whole body ever exists in memory at once.
+"""
 
 from __future__ import annotations
 
+import ctypes
+import ctypes.util
+import functools
+import threading
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
+import orjson
 import tokenizers
 from fastapi import APIRouter, Request
 from starlette.concurrency import run_in_threadpool
+from starlette.responses import StreamingResponse
 
 from server.app_state import get_state
 from server.protocol import SimpleToken, TokenizeRequest
 from server.responses import ORJSONResponse
+from wde.engine.input_processor import MAX_INPUT_CHARS
 
 router = APIRouter(tags=["TEI"])
 
+# Tokens serialized per chunk of the streamed answer (~70 bytes of JSON each: ~300 KB per chunk).
+TOKENS_PER_CHUNK = 4096
+# A request that tokenized this many tokens hands the freed heap back to the system when done: a tokenizer
+# encoding costs ~300 bytes a token in the tokenizer's native heap, which glibc otherwise keeps.
+MIN_TOKENS_TO_TRIM = 16_384
+# One answer chunk is built at a time, whatever the number of /tokenize requests: building holds the GIL,
+# and each more thread wanting it delays the event loop's turns (/health, other routes' I/O).
+_BUILD_LOCK = threading.Lock()
+
 
 @router.post("/tokenize", response_model=list[list[SimpleToken]], response_class=ORJSONResponse)
-async def tokenize(body: TokenizeRequest, request: Request) -> ORJSONResponse:
+async def tokenize(body: TokenizeRequest, request: Request) -> StreamingResponse:
+    # 1. request-level limits: inputs, then characters per text (before any tokenizer work)
     state = get_state(request)
     state.check_num_inputs(len(body.inputs), "inputs")
+    check_num_chars(body.inputs, MAX_INPUT_CHARS)
+    # 2. the model's tokenizer and prompt
     async with state.models.use(body.model) as model:
         info = model.engine.info
     prefix = _prompt_prefix(
         info.model_config.prompts, info.model_config.default_prompt_name, body.prompt_name
     )
     texts = [prefix + text for text in body.inputs]
-    # A large request takes a while to tokenize: off the event loop.
-    tokens = await run_in_threadpool(_tokenize, info.tokenizer, texts, body.add_special_tokens)
-    return ORJSONResponse(tokens)
+    # 3. tokenize off the event loop, refusing past the tokens bound before any answer is built
+    encodings = await run_in_threadpool(
+        encode_within, info.tokenizer, texts, body.add_special_tokens, state.settings.max_tokenize_tokens
+    )
+    # 4. the answer, serialized a slice at a time in the threadpool (Starlette iterates a sync generator
+    #    there) as the client reads it
+    chunks = json_chunks(info.tokenizer, texts, encodings)
+    return StreamingResponse(chunks, media_type="application/json")
 
 
 def _prompt_prefix(prompts: dict[str, str], default_name: str | None, prompt_name: str | None) -> str:
@@ -40,20 +71,93 @@ def _prompt_prefix(prompts: dict[str, str], default_name: str | None, prompt_nam
     return prompts[name]
 
 
-def _tokenize(tokenizer: tokenizers.Tokenizer, texts: list[str], add_special_tokens: bool) -> list[Any]:
-    encodings = tokenizer.encode_batch(texts, add_special_tokens=add_special_tokens)
-    return [_simple_tokens(text, encoding) for text, encoding in zip(texts, encodings, strict=True)]
-
-
-def _simple_tokens(text: str, encoding: tokenizers.Encoding) -> list[dict[str, Any]]:
-    tokens = []
-    for token_id, token, (start, stop), special in zip(
-        encoding.ids, encoding.tokens, encoding.offsets, encoding.special_tokens_mask, strict=True
-    ):
-        if special:
-            tokens.append({"id": token_id, "text": token, "special": True, "start": None, "stop": None})
-        else:
-            tokens.append(
-                {"id": token_id, "text": text[start:stop], "special": False, "start": start, "stop": stop}
+def check_num_chars(texts: Sequence[str], max_chars: int) -> None:
+    """The per-text limit every route applies (the engine's ``InputProcessor``), as a 422 naming the input."""
+    for position, text in enumerate(texts):
+        if len(text) > max_chars:
+            raise ValueError(
+                f"inputs[{position}]: text has {len(text)} characters, more than the limit of {max_chars}; "
+                "split the text"
             )
-    return tokens
+
+
+def encode_within(
+    tokenizer: tokenizers.Tokenizer, texts: list[str], add_special_tokens: bool, max_tokens: int
+) -> list[tokenizers.Encoding]:
+    """The encodings of ``texts``, one text at a time so that a request past ``max_tokens`` (the inputs
+    together) stops at the first text that crosses it, holding at most that text's encoding."""
+    encodings: list[tokenizers.Encoding] = []
+    num_tokens = 0
+    for position, text in enumerate(texts):
+        # encode_batch, not encode: it releases the GIL, so the event loop runs meanwhile
+        (encoding,) = tokenizer.encode_batch([text], add_special_tokens=add_special_tokens)
+        num_tokens += len(encoding)
+        if num_tokens > max_tokens:
+            del encoding, encodings
+            release_freed_memory()
+            raise ValueError(
+                f"inputs: {num_tokens} tokens by inputs[{position}], more than --max-tokenize-tokens "
+                f"({max_tokens}) for one /tokenize request; split the request or raise the flag"
+            )
+        encodings.append(encoding)
+    return encodings
+
+
+def json_chunks(
+    tokenizer: tokenizers.Tokenizer, texts: list[str], encodings: list[tokenizers.Encoding]
+) -> Iterator[bytes]:
+    """``[[token, ...], ...]`` as JSON, ``TOKENS_PER_CHUNK`` tokens per chunk; each encoding is dropped
+    once sent. A token's text is its slice of the input (specials: the vocabulary's string)."""
+    num_tokens = sum(len(encoding) for encoding in encodings)
+    try:
+        yield b"["
+        for index, text in enumerate(texts):
+            encoding, encodings[index] = encodings[index], None  # type: ignore[call-overload]
+            yield b",[" if index else b"["
+            ids = encoding.ids
+            offsets, special = encoding.offsets, encoding.special_tokens_mask
+            del encoding
+            for start in range(0, len(ids), TOKENS_PER_CHUNK):
+                stop = min(start + TOKENS_PER_CHUNK, len(ids))
+                with _BUILD_LOCK:
+                    chunk = orjson.dumps(
+                        [
+                            _simple_token(tokenizer, text, ids[i], offsets[i], special[i])
+                            for i in range(start, stop)
+                        ]
+                    )
+                yield (b"," if start else b"") + chunk[1:-1]
+            del ids, offsets, special
+            yield b"]"
+        yield b"]"
+    finally:
+        encodings.clear()
+        if num_tokens >= MIN_TOKENS_TO_TRIM:
+            release_freed_memory()
+
+
+def _simple_token(
+    tokenizer: tokenizers.Tokenizer, text: str, token_id: int, offset: tuple[int, int], special: int
+) -> dict[str, Any]:
+    if special:
+        token = tokenizer.id_to_token(token_id)
+        return {"id": token_id, "text": token, "special": True, "start": None, "stop": None}
+    start, stop = offset
+    return {"id": token_id, "text": text[start:stop], "special": False, "start": start, "stop": stop}
+
+
+def release_freed_memory() -> None:
+    """Hand the heap's free pages back to the system (glibc ``malloc_trim``, every arena; elsewhere a no-op),
+    so that a large request's RSS does not stay behind after it."""
+    trim = _malloc_trim()
+    if trim is not None:
+        trim(0)
+
+
+@functools.cache
+def _malloc_trim() -> Callable[[int], int] | None:
+    name = ctypes.util.find_library("c")
+    if name is None:
+        return None
+    trim: Callable[[int], int] | None = getattr(ctypes.CDLL(name), "malloc_trim", None)
+    return trim

@@ -32,7 +32,7 @@ class Journal:
         if not path.exists():
             return []
         events = []
-        for line in path.read_text(encoding="utf-8").splitlines():
+        for line in path.read_text(encoding="utf-8").split("\n"):  # not splitlines(): JSON keeps U+2028
             try:
                 events.append(json.loads(line))
             except json.JSONDecodeError:  # the last line, cut by a crash

@@ -1,0 +1,65 @@
+"""/tokenize has the bounded cost of every route: the per-text character limit of ``InputProcessor`` (422
+before any tokenizer work), a tokens-per-request bound (--max-tokenize-tokens, 422 naming the flag), and an
+answer streamed a slice at a time that equals the per-token answer of the tokenizer."""
+
+from __future__ import annotations
+
+import pytest
+
+import server.routes.tokenize as tokenize_route
+from server.settings import ServerSettings
+from tests.server.conftest import asgi_client
+from wde.engine.input_processor import MAX_INPUT_CHARS
+from wde.entrypoints.async_llm_engine import AsyncLLMEngine
+
+pytestmark = pytest.mark.anyio
+
+
+async def test_a_text_over_the_character_limit_is_422(async_engine: AsyncLLMEngine) -> None:
+    async with asgi_client(async_engine) as (client, _):
+        response = await client.post("/tokenize", json={"inputs": ["a", "x" * (MAX_INPUT_CHARS + 1)]})
+    assert response.status_code == 422, response.text[:200]
+    message = response.json()["error"]
+    assert message.startswith("inputs[1]:") and f"limit of {MAX_INPUT_CHARS}" in message
+
+
+async def test_tokens_past_the_request_bound_are_422(async_engine: AsyncLLMEngine) -> None:
+    async with asgi_client(async_engine, max_tokenize_tokens=12) as (client, _):
+        fits = await client.post("/tokenize", json={"inputs": ["hello world"] * 3})  # 4 tokens each
+        over = await client.post("/tokenize", json={"inputs": ["hello world"] * 4})
+        one_text = await client.post("/tokenize", json={"inputs": "word " * 20, "add_special_tokens": False})
+    assert fits.status_code == 200 and len(fits.json()) == 3
+    assert over.status_code == 422, over.text
+    assert "--max-tokenize-tokens (12)" in over.json()["error"] and "inputs[3]" in over.json()["error"]
+    assert one_text.status_code == 422
+
+
+def test_the_bound_is_a_positive_setting() -> None:
+    assert ServerSettings().max_tokenize_tokens >= 100_000
+    with pytest.raises(ValueError, match="max_tokenize_tokens"):
+        ServerSettings(max_tokenize_tokens=0).verify()
+
+
+async def test_the_streamed_answer_equals_the_tokenizer_across_chunks(
+    async_engine: AsyncLLMEngine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(tokenize_route, "TOKENS_PER_CHUNK", 3)  # several chunks per input
+    texts = ["Hello wörld, Debian packages are short!", "", "a b c d e f g"]
+    async with asgi_client(async_engine) as (client, _):
+        response = await client.post("/tokenize", json={"inputs": texts})
+        plain = await client.post("/tokenize", json={"inputs": texts, "add_special_tokens": False})
+    assert response.status_code == 200 and response.headers["content-type"] == "application/json"
+    tokenizer = async_engine.info.tokenizer
+    for answer, special in ((response.json(), True), (plain.json(), False)):
+        assert len(answer) == len(texts)
+        for text, tokens in zip(texts, answer, strict=True):
+            encoding = tokenizer.encode(text, add_special_tokens=special)
+            expected = [
+                {"id": i, "text": t, "special": True, "start": None, "stop": None}
+                if mask
+                else {"id": i, "text": text[s:e], "special": False, "start": s, "stop": e}
+                for i, t, (s, e), mask in zip(
+                    encoding.ids, encoding.tokens, encoding.offsets, encoding.special_tokens_mask, strict=True
+                )
+            ]
+            assert tokens == expected

@@ -1,0 +1,67 @@
+"""The issue's /tokenize repro on a real ``wde serve``: four 1.99 MB bodies at once (refused by the per-text
+character limit), four texts past --max-tokenize-tokens (refused after tokenizing) and four answers of
+~80,000 tokens each keep /health under 0.5 s meanwhile, and RSS 5 s later within 10% of before."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+
+from tests.server.serve_process import serve_process
+
+pytestmark = pytest.mark.slow
+
+MAX_HEALTH_SECONDS = 0.5
+MAX_RSS_GROWTH = 0.10
+BODIES = [
+    ({"inputs": "debian " * 284_000}, 422),  # 1.99 MB: over the 1,000,000-character limit
+    ({"inputs": ["debian " * 142_000] * 2}, 422),  # 284,000 tokens: over --max-tokenize-tokens
+    ({"inputs": "debian " * 40_000}, 200),  # 80,002 tokens answered (~5.6 MB of JSON)
+]
+
+
+def rss_mib(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    raise AssertionError(f"no VmRSS for pid {pid}")
+
+
+async def _slowest_health(client: httpx.AsyncClient, stop: asyncio.Event) -> float:
+    slowest = 0.0
+    while not stop.is_set():
+        start = time.perf_counter()
+        assert (await client.get("/health")).status_code == 200
+        slowest = max(slowest, time.perf_counter() - start)
+        await asyncio.sleep(0.05)
+    return slowest
+
+
+async def _four_at_once(url: str, pid: int) -> None:
+    async with httpx.AsyncClient(base_url=url, timeout=120) as client:
+        for warm_up in ({"inputs": "hello world"}, {"inputs": "debian " * 40_000}):
+            assert (await client.post("/tokenize", json=warm_up)).status_code == 200
+        await asyncio.sleep(1)
+        before = rss_mib(pid)
+        for body, status in BODIES:
+            stop = asyncio.Event()
+            health = asyncio.create_task(_slowest_health(client, stop))
+            answers = await asyncio.gather(*(client.post("/tokenize", json=body) for _ in range(4)))
+            stop.set()
+            assert [answer.status_code for answer in answers] == [status] * 4, answers[0].text[:300]
+            if status == 200:
+                assert len(answers[0].json()[0]) == 80_002
+            assert await health < MAX_HEALTH_SECONDS
+        await asyncio.sleep(5)
+        after = rss_mib(pid)
+        assert after <= before * (1 + MAX_RSS_GROWTH), f"RSS {before:.0f} MiB before, {after:.0f} MiB after"
+
+
+def test_large_tokenize_requests_keep_health_and_rss(tmp_path: Path) -> None:
+    with serve_process(tmp_path, "--no-access-log") as server:
+        server.wait_healthy()
+        asyncio.run(_four_at_once(server.url, server.process.pid))
