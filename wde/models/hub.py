@@ -30,6 +30,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from tqdm.auto import tqdm
+
 from wde.models.bge_m3 import COLBERT_FILE, SPARSE_FILE
 from wde.models.model_files import (
     FAST_TOKENIZER_FILE,
@@ -127,7 +129,13 @@ def _download_snapshot(repo_id: str, revision: str | None, token: str | None) ->
 
     # a. the metadata files of the revision (the commit's snapshot folder is named by its hash)
     snapshot = Path(
-        snapshot_download(repo_id, revision=revision, token=token, allow_patterns=list(METADATA_PATTERNS))
+        snapshot_download(
+            repo_id,
+            revision=revision,
+            token=token,
+            allow_patterns=list(METADATA_PATTERNS),
+            tqdm_class=_QuietProgress,  # a few small files: the progress bars are for the weights (d)
+        )
     )
     if not (snapshot / "config.json").is_file():
         raise HubModelError(f"{repo_id} has no config.json: it is not a model in HuggingFace layout")
@@ -150,6 +158,14 @@ def _download_snapshot(repo_id: str, revision: str | None, token: str | None) ->
     files = needed_files(repo_files, _module_folders(snapshot))
     logger.info("%s: fetching %d files of commit %s from %s", repo_id, len(files), commit, constants.ENDPOINT)
     return str(snapshot_download(repo_id, revision=commit, token=token, allow_patterns=files))
+
+
+class _QuietProgress(tqdm):
+    """huggingface_hub's progress bars, switched off."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs["disable"] = True
+        super().__init__(*args, **kwargs)
 
 
 def _missing_parts(snapshot: Path) -> list[str]:
