@@ -110,6 +110,7 @@ def create_app(
         batch_dir, app, models, lambda: state.draining, settings.batch_lines_in_flight
     )
     app.state.tracing = tracing
+    app.state.startup_error = ""  # why the lifespan failed, set by it
     # 2. routes and the error table
     for module in ROUTE_MODULES:
         app.include_router(module.router)
@@ -143,8 +144,15 @@ def create_app(
 @asynccontextmanager
 async def _lifespan(app: FastAPI) -> AsyncIterator[None]:
     state: AppState = app.state.wde
-    state.models.start()  # each loads on its engine thread: /health answers 503 until they are ready
-    await app.state.batches.start()  # resumes interrupted batches once the engine is ready
+    try:
+        state.models.start()  # each loads on its engine thread: /health answers 503 until they are ready
+        await app.state.batches.start()  # resumes interrupted batches once the engine is ready
+    except Exception as e:
+        # the engines stop before the failure reaches the host: a process that ends while an engine thread
+        # still runs native code dies by SIGABRT instead of exiting with one line (`wde serve` reads this)
+        app.state.startup_error = f"the server did not start: {type(e).__name__}: {e}"
+        await anyio.to_thread.run_sync(state.models.shutdown)
+        raise
     yield
     await app.state.batches.stop()  # lines in flight are aborted: run again when the batch resumes
     # The HTTP server has finished the in-flight requests by now; drain whatever the engine still holds.

@@ -23,6 +23,7 @@ from server.engine_monitor import EngineMonitor
 from server.listener import StartupError, bind_listener, url_of
 from server.model_registry import ModelRegistry, ServedModel
 from server.settings import ServerSettings
+from server.startup_log import QuietStartupErrors
 from server.uvicorn_options import uvicorn_options
 from wde.engine_args import EngineArgs
 from wde.entrypoints.async_llm_engine import AsyncLLMEngine
@@ -36,6 +37,13 @@ class DrainingServer(uvicorn.Server):
     def __init__(self, config: uvicorn.Config, state: AppState) -> None:
         super().__init__(config)
         self.state = state
+
+    async def startup(self, sockets: list[socket.socket] | None = None) -> None:
+        with QuietStartupErrors.installed():  # a failed lifespan: one line from `wde serve`, not a traceback
+            try:
+                await super().startup(sockets)
+            except SystemExit:  # uvicorn's exit(3) when the lifespan failed: `serve` says it in one line
+                self.should_exit = True
 
     def handle_exit(self, sig: int, frame: FrameType | None) -> None:
         self.state.begin_drain()
@@ -64,7 +72,7 @@ def serve(
     log_level: str,
 ) -> int:
     """Serve until a signal (exit 0) or a model that failed to load at start-up (exit 1); ``StartupError``
-    (exit 2) when the port cannot be bound, before anything loads."""
+    (exit 2) when the port cannot be bound, before anything loads, or when the app's lifespan fails."""
     # 1. the port first: a busy port fails in one line, not after the model loaded
     all_engine_args = [engine_args] if isinstance(engine_args, EngineArgs) else list(engine_args)
     try:  # names, and whether the models fit in memory together
@@ -113,6 +121,8 @@ def serve(
     # 4. uvicorn on the bound socket, with signals drained gracefully
     _exit_zero_on_signal()
     server.run(sockets=[sock])
+    if not server.started:  # the app's lifespan failed (it stopped the engines): one line, exit 2
+        raise StartupError(app.state.startup_error or "the server did not start (--log-level debug says why)")
     stopped = any(monitor.stopped_server.is_set() for monitor in monitors)
     return 1 if load_failed.is_set() or stopped else 0
 

@@ -40,6 +40,10 @@ class BatchDirInUseError(Exception):
     """Another process holds --batch-dir: this one serves no Batch API (answered 503, no Retry-After)."""
 
 
+class BatchDirUnwritableError(Exception):
+    """--batch-dir cannot be written (a read-only filesystem): no Batch API here (503, no Retry-After)."""
+
+
 class ServerDrainingError(Exception):
     """The server is shutting down and takes no new requests."""
 
@@ -60,6 +64,11 @@ class ModelNotFoundError(Exception):
     """The request names a model this server does not serve."""
 
 
+class UnpairedFieldsError(ValueError):
+    """Fields each valid that do not go together (vLLM's /score text_1 and text_2 of unpairable lengths,
+    dimensions with task classify): 400, as vLLM answers them."""
+
+
 @dataclass(frozen=True)
 class ErrorKind:
     status: int
@@ -76,6 +85,7 @@ ERROR_TABLE: dict[type[BaseException], ErrorKind] = {
     RequestValidationError: VALIDATION,
     InputTooLongError: ErrorKind(400, "Validation", "invalid_request_error", "context_length_exceeded"),
     TaskNotSupportedError: ErrorKind(400, "Validation", "invalid_request_error", "unsupported_task"),
+    UnpairedFieldsError: ErrorKind(400, "Validation", "invalid_request_error", "unpaired_fields"),
     ValueError: VALIDATION,
     TypeError: VALIDATION,
     UnauthorizedError: ErrorKind(401, "Unauthorized", "invalid_request_error", "invalid_api_key"),
@@ -91,6 +101,9 @@ ERROR_TABLE: dict[type[BaseException], ErrorKind] = {
     EngineDeadError: ErrorKind(503, "Unhealthy", "server_error", "engine_dead", retry_after=False),
     EngineUnavailableError: ErrorKind(503, "Unhealthy", "server_error", "unavailable"),
     BatchDirInUseError: ErrorKind(503, "Unhealthy", "server_error", "batch_dir_in_use", retry_after=False),
+    BatchDirUnwritableError: ErrorKind(
+        503, "Unhealthy", "server_error", "batch_dir_unwritable", retry_after=False
+    ),
     RequestFailedError: SERVER_ERROR,
     Exception: SERVER_ERROR,
 }
@@ -120,9 +133,14 @@ def error_kind(error: BaseException) -> ErrorKind:
     return SERVER_ERROR
 
 
+# vLLM's unversioned pooling routes and the unversioned OpenAI ones answer OpenAI's error shape too.
+OPENAI_SHAPED_PATHS = frozenset({"/score", "/classify", "/pooling", "/embeddings", "/models"})
+
+
 def is_openai_path(path: str) -> bool:
-    """Versioned routes (OpenAI /v1/*, Cohere-style /v1/rerank and /v2/rerank) answer OpenAI's error shape."""
-    return path.startswith(("/v1/", "/v2/"))
+    """Versioned routes (OpenAI /v1/*, Cohere-style /v1/rerank and /v2/rerank) and vLLM's / the unversioned
+    OpenAI routes answer OpenAI's error shape."""
+    return path.startswith(("/v1/", "/v2/")) or path in OPENAI_SHAPED_PATHS
 
 
 def error_response(
@@ -174,6 +192,8 @@ def _validation_message(error: RequestValidationError) -> tuple[str, str | None]
             location, message = "", f"the body is not valid JSON ({reason}); send a JSON object"
         elif kind == "extra_forbidden":
             message = "is not a field of this request; remove it"
+        elif kind == "unknown_fields":  # --strict-request-fields: the message names the fields
+            pass
         elif kind == "missing" and not location:
             message = "the request body is missing; send a JSON object"
         elif not location:  # the body parsed, but is not an object (or was not sent as JSON)

@@ -14,7 +14,8 @@ class FolderLock:
 
     @classmethod
     def take(cls, folder: Path) -> FolderLock | None:
-        """The folder's lock, or None when another process holds it."""
+        """The folder's lock, or None when another process holds it; ``OSError`` when the folder cannot be
+        made or written (a read-only filesystem)."""
         folder.mkdir(parents=True, exist_ok=True)
         fd = os.open(folder / "lock", os.O_RDWR | os.O_CREAT, 0o600)
         try:

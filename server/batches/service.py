@@ -18,7 +18,7 @@ from server.batches.file_store import FileStore
 from server.batches.folder_lock import FolderLock
 from server.batches.line_dispatch import RouteDispatcher
 from server.batches.progress import Progress
-from server.errors import BatchDirInUseError
+from server.errors import BatchDirInUseError, BatchDirUnwritableError
 
 logger = logging.getLogger("wde.server.batches")
 
@@ -38,7 +38,9 @@ class BatchService:
     ) -> None:
         self.folder = folder
         self.folder_lock: FolderLock | None = None  # held from start() to stop()
-        self.folder_in_use = False  # another process held the folder at start(): no Batch API here
+        # why this process serves no Batch API ("" while it is on): the routes answer 503 with it
+        self.unavailable_reason = ""
+        self.unavailable_error: type[Exception] = BatchDirUnwritableError
         self.files = FileStore(folder / "files")
         self.batches = BatchStore(folder / "batches")
         self.runner = BatchRunner(
@@ -48,11 +50,25 @@ class BatchService:
     # ---- life cycle (the app's lifespan) ------------------------------------------------------------
     async def start(self) -> None:
         """Take the folder (one process per --batch-dir: two would run the same batches), load the batches
-        on disk, queue the interrupted ones (oldest first), start the runner."""
-        self.folder_lock = await asyncio.to_thread(FolderLock.take, self.folder)
-        if self.folder_lock is None:
-            self.folder_in_use = True
-            logger.warning("the Batch API is off in this process: %s", self.unavailable_reason())
+        on disk, queue the interrupted ones (oldest first), start the runner. A folder that cannot be
+        written, or that another process holds, turns the Batch API off (one WARNING) and nothing else:
+        the Batch API is optional, the server serves without it."""
+        try:
+            self.folder_lock = await asyncio.to_thread(FolderLock.take, self.folder)
+        except OSError as e:  # a read-only filesystem (docker run --read-only), a file in the way, ...
+            self.unavailable_reason = (
+                f"the Batch API is off: --batch-dir {self.folder} cannot be written ({e.strerror or e}); "
+                "pass --batch-dir (WDE_BATCH_DIR) a writable folder, such as a mounted volume"
+            )
+        else:
+            if self.folder_lock is None:
+                self.unavailable_error = BatchDirInUseError
+                self.unavailable_reason = (
+                    f"the Batch API is off: another wde process uses --batch-dir {self.folder}; give each "
+                    "server its own --batch-dir (Ray Serve replicas: run batches on a plain `wde serve`)"
+                )
+        if self.unavailable_reason:
+            logger.warning("%s", self.unavailable_reason)
             return
         for batch in await asyncio.to_thread(self._load):
             if batch["status"] in ACTIVE:
@@ -71,12 +87,6 @@ class BatchService:
         await self.runner.stop()
         if self.folder_lock is not None:
             self.folder_lock.release()
-
-    def unavailable_reason(self) -> str:
-        return (
-            f"another wde process uses --batch-dir {self.folder} for its Batch API; give each server its own "
-            "--batch-dir (Ray Serve replicas: run batches on a plain `wde serve`)"
-        )
 
     def _load(self) -> list[dict[str, Any]]:
         batches = self.batches.load()
@@ -127,9 +137,9 @@ class BatchService:
 
 
 def get_batches(connection: HTTPConnection) -> BatchService:
-    """The app's ``BatchService`` (``app.state.batches``), for a route handler; 503 when another process
-    holds its folder."""
+    """The app's ``BatchService`` (``app.state.batches``), for a route handler; 503 when its folder cannot
+    be written or another process holds it."""
     service: BatchService = connection.app.state.batches
-    if service.folder_in_use:
-        raise BatchDirInUseError(service.unavailable_reason())
+    if service.unavailable_reason:
+        raise service.unavailable_error(service.unavailable_reason)
     return service
