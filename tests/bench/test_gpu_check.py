@@ -1,0 +1,92 @@
+"""``make gpu-check`` and the GPU bench on a CPU machine: the check refuses in one line with exit 2, its
+pieces (which carried wheels to install, the JUnit summary) work, and the bench's code path runs end to end
+with ``--device cpu --smoke`` (tiny sizes) against sentence-transformers on the same weights."""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from benchmarks import gpu_check, gpu_modes
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+NO_CUDA = "gpu-check: no CUDA device is present"
+needs_no_cuda = pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has a CUDA device")
+
+
+@needs_no_cuda
+def test_make_gpu_check_says_no_cuda_in_one_line_and_exits_2() -> None:
+    command = (
+        ["make", "gpu-check"] if shutil.which("make") else [sys.executable, "-m", "benchmarks.gpu_check"]
+    )
+    result = subprocess.run(command, cwd=REPO_ROOT, capture_output=True, text=True, timeout=120)
+    assert result.returncode == gpu_check.NO_CUDA_EXIT_CODE == 2
+    assert result.stdout.startswith(NO_CUDA) and result.stdout.count("\n") == 1
+
+
+def test_only_missing_or_older_wheels_are_installed(monkeypatch: pytest.MonkeyPatch) -> None:
+    installed = {"pydantic-core": None, "typing-extensions": "4.9.0", "orjson": "3.0.0"}
+    monkeypatch.setattr(gpu_check, "installed_version", lambda name: installed[name])
+    assert gpu_check.distribution_name(Path("pydantic_core-2.50.5-cp312-cp312-manylinux2014_x86_64.whl")) == (
+        "pydantic-core"
+    )
+    assert gpu_check.needs_install(Path("pydantic_core-2.50.5-cp312-cp312-manylinux2014_x86_64.whl"))
+    assert gpu_check.needs_install(Path("typing_extensions-4.16.0-py3-none-any.whl"))  # older there
+    assert not gpu_check.needs_install(
+        Path("orjson-3.13.0-cp312-cp312-manylinux_2_17_x86_64.whl")
+    )  # any version
+
+
+def test_junit_summary_counts_and_names_failures(tmp_path: Path) -> None:
+    (tmp_path / "t.xml").write_text(
+        '<testsuites><testsuite><testcase classname="tests.gpu.a" name="ok"/>'
+        '<testcase classname="tests.gpu.a" name="bad"><failure message="assert 0.9 &gt;= 0.999&#10;more"/>'
+        '</testcase><testcase classname="tests.gpu.a" name="skip"><skipped message="no flash"/></testcase>'
+        "</testsuite></testsuites>"
+    )
+    assert gpu_check.test_summary(tmp_path / "t.xml") == [
+        "1 passed, 1 failed, 0 errors, 1 skipped",
+        "- tests.gpu.a::bad: assert 0.9 >= 0.999",
+    ]
+    assert "did not finish" in gpu_check.test_summary(tmp_path / "missing.xml")[0]
+
+
+def test_bench_smoke_path_on_cpu(tmp_path: Path) -> None:
+    """One tiny random BERT, one backend, no server: the rows carry tokens/s and the embeddings equal
+    sentence-transformers' on the same weights."""
+    report = tmp_path / "bench.md"
+    gpu_modes.main(
+        [
+            *("--device", "cpu", "--smoke", "--models", "tiny", "--backends", "torch_sdpa", "--no-server"),
+            *("--limit", "6", "--out", str(report)),
+        ]
+    )
+    text = report.read_text()
+    assert "## BERT-tiny (random weights)" in text
+    row = next(line for line in text.splitlines() if line.startswith("| wde torch_sdpa | float32 | none |"))
+    cells = [cell.strip() for cell in row.strip("|").split("|")]
+    assert float(cells[4].replace(",", "")) > 0  # tokens/s
+    assert re.fullmatch(r"\d+\.\d+x", cells[5])  # against sentence-transformers float32
+    assert float(cells[7]) >= 0.9999  # min cosine against sentence-transformers float32
+    assert any(
+        line.startswith("| sentence-transformers (batch 32) | float32 |") for line in text.splitlines()
+    )
+
+
+@pytest.mark.slow
+def test_bench_smoke_path_with_the_server_on_cpu(tmp_path: Path) -> None:
+    """The whole smoke run: the bundled model too, and wde serve at concurrency 64 (one text and 32 per
+    request) against in-process."""
+    report = tmp_path / "bench.md"
+    gpu_modes.main(["--device", "cpu", "--smoke", "--backends", "torch_sdpa", "--out", str(report)])
+    text = report.read_text()
+    assert "## all-MiniLM-L6-v2 (bundled)" in text
+    server_rows = [line for line in text.splitlines() if re.match(r"\| (1|32) \| 16 \|", line)]
+    assert len(server_rows) == 2
+    assert all(row.split("|")[7].strip() == "0" for row in server_rows)  # no errors
