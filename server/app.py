@@ -2,7 +2,8 @@
 
 Adding a route group (the rerank routes ``/rerank``, ``/v1/rerank``, ``/v2/rerank`` come this way):
   1. request / response models in ``server/protocol.py`` (requests subclass ``RequestModel``, so unknown
-     fields answer 422; inputs reuse ``parse_inputs`` or their own validator);
+     fields are ignored and named in a response header, or 422 under --strict-request-fields; inputs reuse
+     ``parse_inputs`` or their own validator);
   2. ``server/routes/rerank.py`` with ``router = APIRouter()``; a handler takes its request model and the
      ``Request``, calls ``state = get_state(request)``, ``state.check_num_inputs(...)``,
      ``await state.engine.score(...)`` and returns ``ORJSONResponse(...)``;
@@ -32,6 +33,7 @@ from server.middleware.draining import DrainingMiddleware
 from server.middleware.draining_cutoff import DrainingCutoffMiddleware
 from server.middleware.head_as_get import HeadAsGetMiddleware
 from server.middleware.http_metrics import HttpMetricsMiddleware
+from server.middleware.ignored_fields import IgnoredFieldsMiddleware
 from server.middleware.request_body import RequestBodyMiddleware
 from server.model_registry import ModelRegistry
 from server.openapi import install_openapi
@@ -39,16 +41,22 @@ from server.request_trace import record_call
 from server.responses import ORJSONResponse
 from server.routes import (
     batches,
+    classify,
     compat,
+    decode,
     embed,
     embed_all,
     embed_sparse,
+    embeddings,
     files,
     info,
     metrics,
     openai,
+    pooling,
     predict,
     rerank,
+    score,
+    similarity,
     tokenize,
 )
 from server.settings import ServerSettings
@@ -65,7 +73,13 @@ ROUTE_MODULES = (
     predict,
     tokenize,
     openai,
+    decode,
+    similarity,
     files,
+    embeddings,
+    score,
+    classify,
+    pooling,
     batches,
     metrics,
     compat,
@@ -121,6 +135,7 @@ def create_app(
     app.add_middleware(AdmissionMiddleware, state=state)  # after the body is read: slow bodies hold no slot
     app.add_middleware(
         RequestBodyMiddleware,
+    app.add_middleware(IgnoredFieldsMiddleware, strict=settings.strict_request_fields)
         payload_limit=settings.payload_limit,
         body_read_timeout=settings.body_read_timeout,
     )

@@ -25,16 +25,16 @@ from typing import Any
 from server.ray_serve.flags import add_ray_serve_flags
 from server.settings import ServerSettings
 from wde.config import (
-    CUDA_GRAPH_MODES,
-    DEVICES,
-    DTYPES,
-    EXECUTORS,
-    LONG_INPUT_MODES,
-    PAIR_TRUNCATIONS,
-    POOLING_METHODS,
-    QUANTIZATIONS,
-    SCORE_ACTIVATIONS,
-    TASKS,
+    CUDA_GRAPH_MODE_NAMES,
+    DEVICE_NAMES,
+    DTYPE_NAMES,
+    EXECUTOR_NAMES,
+    LONG_INPUT_MODE_NAMES,
+    PAIR_TRUNCATION_NAMES,
+    POOLING_METHOD_NAMES,
+    QUANTIZATION_NAMES,
+    SCORE_ACTIVATION_NAMES,
+    TASK_NAMES,
 )
 from wde.engine_args import EngineArgs
 
@@ -83,16 +83,16 @@ ENGINE_HELP = {
     "the ranges of int8 / uint8 outputs (precision), as sentence-transformers' quantize_embeddings",
 }
 ENGINE_CHOICES: dict[str, Sequence[str]] = {
-    "task": TASKS,
-    "dtype": DTYPES,
-    "device": DEVICES,
-    "executor": ("auto", *EXECUTORS),
-    "pooling": POOLING_METHODS,
-    "score_activation": SCORE_ACTIVATIONS,
-    "pair_truncation": PAIR_TRUNCATIONS,
-    "cuda_graph_mode": CUDA_GRAPH_MODES,
-    "quantization": QUANTIZATIONS,
-    "long_input": LONG_INPUT_MODES,
+    "task": TASK_NAMES,
+    "dtype": DTYPE_NAMES,
+    "device": DEVICE_NAMES,
+    "executor": ("auto", *EXECUTOR_NAMES),
+    "pooling": POOLING_METHOD_NAMES,
+    "score_activation": SCORE_ACTIVATION_NAMES,
+    "pair_truncation": PAIR_TRUNCATION_NAMES,
+    "cuda_graph_mode": CUDA_GRAPH_MODE_NAMES,
+    "quantization": QUANTIZATION_NAMES,
+    "long_input": LONG_INPUT_MODE_NAMES,
 }
 SERVER_HELP = {
     "otel": "OpenTelemetry traces (a span per request; exporter from OTEL_*); unset: on when OTEL_* "
@@ -104,6 +104,8 @@ SERVER_HELP = {
     "max_concurrent_requests": "requests in flight; more are answered 429 at once",
     "retry_after_seconds": "the Retry-After header of 429 / 503 answers",
     "strict_model_name": "answer 404 to requests naming another model than --served-model-name",
+    "strict_request_fields": "answer 422 to body fields a route does not know (default: ignore them, as TEI "
+    "and vLLM do, and name them in the x-wde-ignored-fields header)",
     "access_log": "log one line per request (method, route, status, duration, inputs, tokens)",
     "exit_on_engine_failure": "exit 1 (within --graceful-timeout) when the engine dies, for a restart",
     "max_batch_seconds": "/health answers 503 while one forward pass runs longer (a wedged engine)",

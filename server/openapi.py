@@ -19,7 +19,7 @@ from server.app_state import AppState
 from server.errors import is_openai_path
 from server.protocol import OpenAIErrorResponse, TEIErrorResponse
 from server.routes.compat import root_bodies
-from wde.config import PRECISIONS, ModelConfig
+from wde.config import PRECISION_NAMES, ModelConfig
 from wde.entrypoints.async_llm_engine import AsyncLLMEngine
 from wde.output_kinds import OUTPUT_KINDS, routes_of
 
@@ -150,7 +150,7 @@ def _constrain_output_options(
     """/v1/embeddings' ``output`` names the model's kinds (distinct); options of a kind the model lacks
     take null only; int8 / uint8 precision only with a calibration set; chunking only for dense output."""
     kinds = list(model_config.outputs) if model_config.task == "embed" else ["dense"]
-    precisions = [p for p in PRECISIONS if calibrated or p not in ("int8", "uint8")]
+    precisions = [p for p in PRECISION_NAMES if calibrated or p not in ("int8", "uint8")]
     if "dense" not in kinds:
         precisions = ["float32"]
     null = {"type": "null"}

@@ -11,27 +11,27 @@ from typing import Any
 
 from wde.output_kinds import OUTPUT_KINDS
 
-DTYPES = ("auto", "float32", "bfloat16", "float16")
-DEVICES = ("auto", "cpu", "cuda")
-EXECUTORS = ("sync", "async")
-TASKS = ("auto", "embed", "score")
-POOLING_METHODS = ("cls", "mean", "max", "last")
-SCORE_ACTIVATIONS = ("sigmoid", "softmax", "tanh", "identity")
-PAIR_TRUNCATIONS = ("longest_first", "only_second")
-CUDA_GRAPH_MODES = ("none", "eager", "lazy", "idle")
-DENSE_ACTIVATIONS = ("identity", "tanh", "sigmoid", "relu", "gelu")
-SPARSE_METHODS = ("splade", "token_weights")  # masked-LM logits (SPLADE); one weight per token (BGE-M3)
-SPARSE_POOLINGS = ("max", "sum")  # sentence-transformers' SpladePooling pooling_strategy
-SPARSE_ACTIVATIONS = ("relu", "log1p_relu")  # SpladePooling activation_function
-SPARSE_SIMILARITIES = ("dot", "cosine")  # SparseEncoder's similarity_fn_name that wde scores with
-MULTI_VECTOR_SIMILARITIES = ("maxsim", "meanmaxsim")  # MultiVectorEncoder's similarity_fn_name
-LONG_INPUT_MODES = ("truncate", "error", "chunk")  # an input over max_model_len: cut, refused, windows
-CHUNK_SCORES = ("max", "mean", "first")  # a chunked document's score from its windows' scores
-PRECISIONS = ("float32", "int8", "uint8", "binary", "ubinary")  # quantized dense outputs
-INPUT_TYPES = ("query", "document")  # the side of a late-interaction model a text is encoded on
-QUERY_EXPANSION_STRATEGIES = ("fixed", "min")  # sentence-transformers' query_expansion["strategy"]
+DTYPE_NAMES = ("auto", "float32", "bfloat16", "float16")
+DEVICE_NAMES = ("auto", "cpu", "cuda")
+EXECUTOR_NAMES = ("sync", "async")
+TASK_NAMES = ("auto", "embed", "score")
+POOLING_METHOD_NAMES = ("cls", "mean", "max", "last")
+SCORE_ACTIVATION_NAMES = ("sigmoid", "softmax", "tanh", "identity")
+PAIR_TRUNCATION_NAMES = ("longest_first", "only_second")
+CUDA_GRAPH_MODE_NAMES = ("none", "eager", "lazy", "idle")
+DENSE_ACTIVATION_NAMES = ("identity", "tanh", "sigmoid", "relu", "gelu")
+SPARSE_METHOD_NAMES = ("splade", "token_weights")  # masked-LM logits (SPLADE); one weight per token (BGE-M3)
+SPARSE_POOLING_NAMES = ("max", "sum")  # sentence-transformers' SpladePooling pooling_strategy
+SPARSE_ACTIVATION_NAMES = ("relu", "log1p_relu")  # SpladePooling activation_function
+SPARSE_SIMILARITY_NAMES = ("dot", "cosine")  # SparseEncoder's similarity_fn_name that wde scores with
+MULTI_VECTOR_SIMILARITY_NAMES = ("maxsim", "meanmaxsim")  # MultiVectorEncoder's similarity_fn_name
+LONG_INPUT_MODE_NAMES = ("truncate", "error", "chunk")  # an input over max_model_len: cut, refused, windows
+CHUNK_SCORE_NAMES = ("max", "mean", "first")  # a chunked document's score from its windows' scores
+PRECISION_NAMES = ("float32", "int8", "uint8", "binary", "ubinary")  # quantized dense outputs
+INPUT_TYPE_NAMES = ("query", "document")  # the side of a late-interaction model a text is encoded on
+QUERY_EXPANSION_STRATEGY_NAMES = ("fixed", "min")  # sentence-transformers' query_expansion["strategy"]
 # Post-load weight quantization methods (wde.layers.quantization.quantize.QUANTIZERS implements them).
-QUANTIZATIONS = ("int8",)
+QUANTIZATION_NAMES = ("int8",)
 
 
 @dataclass
@@ -42,8 +42,8 @@ class PoolingConfig:
     normalize: bool = False
 
     def verify(self) -> None:
-        if self.method not in POOLING_METHODS:
-            raise ValueError(f"pooling method {self.method!r} is not one of {POOLING_METHODS}")
+        if self.method not in POOLING_METHOD_NAMES:
+            raise ValueError(f"pooling method {self.method!r} is not one of {POOLING_METHOD_NAMES}")
 
 
 @dataclass
@@ -57,9 +57,9 @@ class DenseConfig:
     activation: str = "tanh"
 
     def verify(self) -> None:
-        if self.activation not in DENSE_ACTIVATIONS:
+        if self.activation not in DENSE_ACTIVATION_NAMES:
             raise ValueError(
-                f"{self.path}: Dense activation {self.activation!r} is not one of {DENSE_ACTIVATIONS}"
+                f"{self.path}: Dense activation {self.activation!r} is not one of {DENSE_ACTIVATION_NAMES}"
             )
 
 
@@ -80,23 +80,24 @@ class SparseConfig:
     skip_token_ids: tuple[int, ...] = ()
 
     def verify(self) -> None:
-        if self.method not in SPARSE_METHODS:
-            raise ValueError(f"sparse method {self.method!r} is not one of {SPARSE_METHODS}")
+        if self.method not in SPARSE_METHOD_NAMES:
+            raise ValueError(f"sparse method {self.method!r} is not one of {SPARSE_METHOD_NAMES}")
         if self.method == "token_weights" and self.weights_path is None:
             raise ValueError("token_weights sparse output needs weights_path (the sparse_linear.pt file)")
-        if self.pooling not in SPARSE_POOLINGS:
+        if self.pooling not in SPARSE_POOLING_NAMES:
             raise ValueError(
-                f"SpladePooling pooling_strategy {self.pooling!r} is not one of {SPARSE_POOLINGS}"
+                f"SpladePooling pooling_strategy {self.pooling!r} is not one of {SPARSE_POOLING_NAMES}"
             )
-        if self.activation not in SPARSE_ACTIVATIONS:
+        if self.activation not in SPARSE_ACTIVATION_NAMES:
             raise ValueError(
-                f"SpladePooling activation_function {self.activation!r} is not one of {SPARSE_ACTIVATIONS}"
+                f"SpladePooling activation_function {self.activation!r} is not one of "
+                f"{SPARSE_ACTIVATION_NAMES}"
             )
         if self.max_active_dims is not None and self.max_active_dims < 1:
             raise ValueError(f"max_active_dims ({self.max_active_dims}) must be >= 1")
-        if self.similarity not in SPARSE_SIMILARITIES:
+        if self.similarity not in SPARSE_SIMILARITY_NAMES:
             raise ValueError(
-                f"similarity_fn_name {self.similarity!r} is not one of {SPARSE_SIMILARITIES} for sparse "
+                f"similarity_fn_name {self.similarity!r} is not one of {SPARSE_SIMILARITY_NAMES} for sparse "
                 "scoring; edit config_sentence_transformers.json"
             )
 
@@ -130,9 +131,9 @@ class MultiVectorConfig:
     def verify(self) -> None:
         if self.projection is not None:
             self.projection.verify()
-        if self.similarity not in MULTI_VECTOR_SIMILARITIES:
+        if self.similarity not in MULTI_VECTOR_SIMILARITY_NAMES:
             raise ValueError(
-                f"similarity_fn_name {self.similarity!r} is not one of {MULTI_VECTOR_SIMILARITIES} for "
+                f"similarity_fn_name {self.similarity!r} is not one of {MULTI_VECTOR_SIMILARITY_NAMES} for "
                 "multi-vector scoring; edit config_sentence_transformers.json"
             )
         for name in ("query_length", "document_length", "query_expansion_length"):
@@ -141,10 +142,10 @@ class MultiVectorConfig:
                 raise ValueError(f"{name} ({value}) must be >= 2 (room for the special tokens)")
         if (self.query_expansion_length is None) != (self.query_expansion_token_id is None):
             raise ValueError("query expansion needs both its length and its token id")
-        if self.query_expansion_strategy not in QUERY_EXPANSION_STRATEGIES:
+        if self.query_expansion_strategy not in QUERY_EXPANSION_STRATEGY_NAMES:
             raise ValueError(
                 f"query_expansion strategy {self.query_expansion_strategy!r} is not one of "
-                f"{QUERY_EXPANSION_STRATEGIES}"
+                f"{QUERY_EXPANSION_STRATEGY_NAMES}"
             )
 
     @property
@@ -222,10 +223,10 @@ class ModelConfig:
         return num_labels(self.hf_config)
 
     def verify(self) -> None:
-        if self.dtype not in DTYPES:
-            raise ValueError(f"dtype {self.dtype!r} is not one of {DTYPES}")
-        if self.task not in TASKS[1:]:
-            raise ValueError(f"task {self.task!r} is not one of {TASKS[1:]}")
+        if self.dtype not in DTYPE_NAMES:
+            raise ValueError(f"dtype {self.dtype!r} is not one of {DTYPE_NAMES}")
+        if self.task not in TASK_NAMES[1:]:
+            raise ValueError(f"task {self.task!r} is not one of {TASK_NAMES[1:]}")
         if self.max_model_len < 1:
             raise ValueError(f"max_model_len ({self.max_model_len}) must be >= 1")
         limit = max_positions(self.hf_config)
@@ -235,24 +236,28 @@ class ModelConfig:
                 f"({limit} usable positions from max_position_embeddings="
                 f"{self.max_position_embeddings}); pass --max-model-len {limit} or less"
             )
-        if self.score_activation not in SCORE_ACTIVATIONS:
-            raise ValueError(f"score_activation {self.score_activation!r} is not one of {SCORE_ACTIVATIONS}")
-        if self.pair_truncation not in PAIR_TRUNCATIONS:
-            raise ValueError(f"pair_truncation {self.pair_truncation!r} is not one of {PAIR_TRUNCATIONS}")
+        if self.score_activation not in SCORE_ACTIVATION_NAMES:
+            raise ValueError(
+                f"score_activation {self.score_activation!r} is not one of {SCORE_ACTIVATION_NAMES}"
+            )
+        if self.pair_truncation not in PAIR_TRUNCATION_NAMES:
+            raise ValueError(
+                f"pair_truncation {self.pair_truncation!r} is not one of {PAIR_TRUNCATION_NAMES}"
+            )
         if self.default_prompt_name is not None and self.default_prompt_name not in self.prompts:
             raise ValueError(
                 f"default_prompt_name {self.default_prompt_name!r} is not among the model's prompts "
                 f"{sorted(self.prompts)}"
             )
-        if self.long_input not in LONG_INPUT_MODES:
-            raise ValueError(f"long_input {self.long_input!r} is not one of {LONG_INPUT_MODES}")
+        if self.long_input not in LONG_INPUT_MODE_NAMES:
+            raise ValueError(f"long_input {self.long_input!r} is not one of {LONG_INPUT_MODE_NAMES}")
         if not 0 <= self.long_input_overlap < self.max_model_len // 2:
             raise ValueError(
                 f"long_input_overlap ({self.long_input_overlap}) must be >= 0 and less than half of "
                 f"max_model_len ({self.max_model_len})"
             )
-        if self.quantization is not None and self.quantization not in QUANTIZATIONS:
-            raise ValueError(f"quantization {self.quantization!r} is not one of {QUANTIZATIONS}")
+        if self.quantization is not None and self.quantization not in QUANTIZATION_NAMES:
+            raise ValueError(f"quantization {self.quantization!r} is not one of {QUANTIZATION_NAMES}")
         self.pooling.verify()
         self._verify_dense_layers()
         self._verify_outputs()
@@ -326,12 +331,16 @@ class DeviceConfig:
     def verify(self) -> None:
         if not 0 < self.gpu_memory_utilization <= 1:
             raise ValueError(f"gpu_memory_utilization ({self.gpu_memory_utilization}) must be in (0, 1]")
-        if self.cuda_graph_mode not in CUDA_GRAPH_MODES:
-            raise ValueError(f"cuda_graph_mode {self.cuda_graph_mode!r} is not one of {CUDA_GRAPH_MODES}")
-        if self.device not in DEVICES[1:]:
-            raise ValueError(f"device {self.device!r} is not one of {DEVICES[1:]} (after resolving 'auto')")
-        if self.executor not in EXECUTORS:
-            raise ValueError(f"executor {self.executor!r} is not one of {EXECUTORS}")
+        if self.cuda_graph_mode not in CUDA_GRAPH_MODE_NAMES:
+            raise ValueError(
+                f"cuda_graph_mode {self.cuda_graph_mode!r} is not one of {CUDA_GRAPH_MODE_NAMES}"
+            )
+        if self.device not in DEVICE_NAMES[1:]:
+            raise ValueError(
+                f"device {self.device!r} is not one of {DEVICE_NAMES[1:]} (after resolving 'auto')"
+            )
+        if self.executor not in EXECUTOR_NAMES:
+            raise ValueError(f"executor {self.executor!r} is not one of {EXECUTOR_NAMES}")
 
 
 @dataclass

@@ -7,8 +7,9 @@ from typing import TYPE_CHECKING, TypedDict
 
 from typing_extensions import NotRequired
 
-from wde.config import CHUNK_SCORES, INPUT_TYPES, LONG_INPUT_MODES, PRECISIONS
+from wde.config import CHUNK_SCORE_NAMES, INPUT_TYPE_NAMES, LONG_INPUT_MODE_NAMES, PRECISION_NAMES
 from wde.output_kinds import OUTPUT_KINDS
+from wde.tokenizer import TRUNCATION_DIRECTIONS, Truncation
 
 if TYPE_CHECKING:
     from wde.config import ModelConfig
@@ -55,6 +56,19 @@ class PoolingParams:
     # a chunked document's rerank score from its windows': "max" (None), "mean", "first"
     long_input: str | None = None
     chunk_score: str | None = None
+    # an over-long input loses its end ("right") or its start ("left": TEI's truncation_direction Left);
+    # max_input_tokens cuts every input to that many tokens, special tokens included (vLLM's
+    # truncate_prompt_tokens; None: max_model_len)
+    truncation_direction: str = "right"
+    max_input_tokens: int | None = None
+
+    def truncation(self, max_model_len: int) -> Truncation | None:
+        """How the tokenizer cuts this request's inputs, when not the engine's default (right, at
+        max_model_len)."""
+        max_length = max_model_len if self.max_input_tokens is None else self.max_input_tokens
+        if max_length == max_model_len and self.truncation_direction == "right":
+            return None
+        return Truncation(max_length, self.truncation_direction)
 
     def kinds(self, default: str) -> tuple[str, ...]:
         """The output kinds asked for, in order (``default``: the model's first kind)."""
@@ -72,6 +86,7 @@ class PoolingParams:
     def verify(self, model_config: ModelConfig) -> None:
         self._verify_output(model_config)
         self._verify_long_input()
+        self._verify_truncation(model_config)
         if self.dimensions is not None:
             if isinstance(self.dimensions, bool) or not isinstance(self.dimensions, int):
                 raise TypeError(f"dimensions must be an int, got {type(self.dimensions).__name__}")
@@ -111,11 +126,36 @@ class PoolingParams:
                 "logits; raw_scores needs a cross-encoder (supported tasks here: embed, cosine score)"
             )
 
+    def _verify_truncation(self, model_config: ModelConfig) -> None:
+        if self.truncation_direction not in TRUNCATION_DIRECTIONS:
+            raise ValueError(
+                f"truncation_direction {self.truncation_direction!r} is not one of "
+                f"{', '.join(TRUNCATION_DIRECTIONS)}"
+            )
+        max_tokens = self.max_input_tokens
+        if max_tokens is not None and (
+            isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < 1
+        ):
+            raise ValueError(f"max_input_tokens must be a positive int or None, got {max_tokens!r}")
+        if max_tokens is not None and max_tokens > model_config.max_model_len:
+            raise ValueError(
+                f"max_input_tokens ({max_tokens}) is more than max_model_len ({model_config.max_model_len}); "
+                "pass at most max_model_len (or -1 / null for max_model_len)"
+            )
+        if self.truncation_direction == "left" and model_config.pair_template is not None:
+            raise ValueError(
+                f"truncation_direction 'left' is not supported for {model_config.architecture}: an LLM "
+                "reranker's prompt template would lose its instruction; truncate from the right (the "
+                "document's end is cut, the template's closing prompt kept)"
+            )
+
     def _verify_long_input(self) -> None:
-        if self.long_input is not None and self.long_input not in LONG_INPUT_MODES:
-            raise ValueError(f"long_input {self.long_input!r} is not one of {', '.join(LONG_INPUT_MODES)}")
-        if self.chunk_score is not None and self.chunk_score not in CHUNK_SCORES:
-            raise ValueError(f"chunk_score {self.chunk_score!r} is not one of {', '.join(CHUNK_SCORES)}")
+        if self.long_input is not None and self.long_input not in LONG_INPUT_MODE_NAMES:
+            raise ValueError(
+                f"long_input {self.long_input!r} is not one of {', '.join(LONG_INPUT_MODE_NAMES)}"
+            )
+        if self.chunk_score is not None and self.chunk_score not in CHUNK_SCORE_NAMES:
+            raise ValueError(f"chunk_score {self.chunk_score!r} is not one of {', '.join(CHUNK_SCORE_NAMES)}")
 
     def _verify_output(self, model_config: ModelConfig) -> None:
         """The output kind is known and the options fit it (whether the model serves it is the task's check,
@@ -128,8 +168,8 @@ class PoolingParams:
             raise ValueError(
                 f"output {self.output!r} must be one or more distinct kinds of {', '.join(OUTPUT_KINDS)}"
             )
-        if self.input_type is not None and self.input_type not in INPUT_TYPES:
-            raise ValueError(f"input_type {self.input_type!r} is not one of {', '.join(INPUT_TYPES)}")
+        if self.input_type is not None and self.input_type not in INPUT_TYPE_NAMES:
+            raise ValueError(f"input_type {self.input_type!r} is not one of {', '.join(INPUT_TYPE_NAMES)}")
         if self.max_active_dims is not None and (
             isinstance(self.max_active_dims, bool)
             or not isinstance(self.max_active_dims, int)
@@ -141,8 +181,8 @@ class PoolingParams:
                 f"dimensions and normalize apply to dense output, not to {' + '.join(kinds)} output (sparse "
                 "vectors are pruned with max_active_dims)"
             )
-        if self.precision is not None and self.precision not in PRECISIONS:
-            raise ValueError(f"precision {self.precision!r} is not one of {', '.join(PRECISIONS)}")
+        if self.precision is not None and self.precision not in PRECISION_NAMES:
+            raise ValueError(f"precision {self.precision!r} is not one of {', '.join(PRECISION_NAMES)}")
         if self.precision not in (None, "float32") and kinds != ("dense",):
             raise ValueError(f"precision applies to dense output only, not to {' + '.join(kinds)} output")
         if "sparse" not in kinds and self.max_active_dims is not None:

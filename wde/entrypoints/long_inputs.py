@@ -27,19 +27,21 @@ from dataclasses import dataclass
 import numpy as np
 import tokenizers
 
-from wde.config import CHUNK_SCORES, LONG_INPUT_MODES, ModelConfig
+from wde.config import CHUNK_SCORE_NAMES, LONG_INPUT_MODE_NAMES, ModelConfig
 from wde.inputs import PoolingParams, TokensPrompt
 from wde.outputs import EmbeddingOutput, ScoreOutput
 
-__all__ = ["CHUNK_SCORES", "Chunker", "aggregate_embeddings", "aggregate_scores", "long_input_mode"]
+__all__ = ["CHUNK_SCORE_NAMES", "Chunker", "aggregate_embeddings", "aggregate_scores", "long_input_mode"]
 
 
 def long_input_mode(params: PoolingParams, model_config: ModelConfig) -> str:
     """The request's mode: its ``long_input``, else its ``truncate`` (True: truncate, False: error), else
     the engine's default."""
     if params.long_input is not None:
-        if params.long_input not in LONG_INPUT_MODES:
-            raise ValueError(f"long_input {params.long_input!r} is not one of {', '.join(LONG_INPUT_MODES)}")
+        if params.long_input not in LONG_INPUT_MODE_NAMES:
+            raise ValueError(
+                f"long_input {params.long_input!r} is not one of {', '.join(LONG_INPUT_MODE_NAMES)}"
+            )
         return params.long_input
     if params.truncate is not None:
         if not isinstance(params.truncate, bool):

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import numpy as np
 
-from wde.config import PRECISIONS
+from wde.config import PRECISION_NAMES
 from wde.engine.errors import OutputNotSupportedError
 from wde.inputs import PoolingParams
 
@@ -64,7 +64,7 @@ def quantize(embeddings: np.ndarray, precision: str, ranges: np.ndarray | None =
         return (np.packbits(embeddings > 0, axis=-1) - 128).astype(np.int8)
     if precision == "ubinary":
         return np.packbits(embeddings > 0, axis=-1)
-    raise ValueError(f"precision {precision!r} is not one of {', '.join(PRECISIONS)}")
+    raise ValueError(f"precision {precision!r} is not one of {', '.join(PRECISION_NAMES)}")
 
 
 class Calibration:

@@ -15,7 +15,7 @@ from __future__ import annotations
 import string
 from typing import Any
 
-from wde.config import MULTI_VECTOR_SIMILARITIES, MultiVectorConfig
+from wde.config import MULTI_VECTOR_SIMILARITY_NAMES, MultiVectorConfig
 
 PYLATE_MODEL_TYPE = "ColBERT"
 
@@ -52,4 +52,4 @@ def apply_pylate_colbert(st_config: dict[str, Any], metadata: Any, config_path: 
     skiplist = st_config.get("skiplist_words")
     metadata.skiplist_words = list(string.punctuation) if skiplist is None else list(skiplist)
     similarity = st_config.get("similarity_fn_name")
-    multi_vector.similarity = similarity if similarity in MULTI_VECTOR_SIMILARITIES else "maxsim"
+    multi_vector.similarity = similarity if similarity in MULTI_VECTOR_SIMILARITY_NAMES else "maxsim"

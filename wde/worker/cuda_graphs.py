@@ -21,7 +21,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from wde.config import CUDA_GRAPH_MODES
+from wde.config import CUDA_GRAPH_MODE_NAMES
 
 logger = logging.getLogger(__name__)
 
@@ -71,8 +71,8 @@ class CudaGraphManager:
     records: list[CaptureRecord] = field(default_factory=list)
 
     def __post_init__(self) -> None:
-        if self.mode not in CUDA_GRAPH_MODES:
-            raise ValueError(f"cuda_graph_mode {self.mode!r} is not one of {CUDA_GRAPH_MODES}")
+        if self.mode not in CUDA_GRAPH_MODE_NAMES:
+            raise ValueError(f"cuda_graph_mode {self.mode!r} is not one of {CUDA_GRAPH_MODE_NAMES}")
 
     # 1. start-up --------------------------------------------------------------------------------
     def startup(self) -> None:

@@ -7,7 +7,7 @@ import pytest
 import torch
 from torch import nn
 
-from wde.config import QUANTIZATIONS
+from wde.config import QUANTIZATION_NAMES
 from wde.layers.quantization.int8_linear import INT8_MAX, Int8Linear, int8_linear, quantize_rows
 from wde.layers.quantization.quantize import QUANTIZERS, block_linears, quantize_model
 
@@ -89,4 +89,4 @@ def test_only_the_block_linears_are_quantized() -> None:
 
 def test_config_names_the_methods_the_quantizers_implement() -> None:
     """wde/config.py stays torch-free, so it lists the method names itself: the two lists must agree."""
-    assert set(QUANTIZATIONS) == set(QUANTIZERS)
+    assert set(QUANTIZATION_NAMES) == set(QUANTIZERS)
