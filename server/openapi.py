@@ -17,7 +17,8 @@ from fastapi.openapi.utils import get_openapi
 
 from server.app_state import AppState
 from server.errors import is_openai_path
-from server.protocol import OpenAIErrorResponse, TEIErrorResponse
+from server.infinity_protocol import InfinityClassifyRequest
+from server.protocol import OpenAIErrorResponse, RequestModel, TEIErrorResponse
 from server.routes.compat import root_bodies
 from wde.config import PRECISION_NAMES, ModelConfig
 from wde.entrypoints.async_llm_engine import AsyncLLMEngine
@@ -39,9 +40,16 @@ POST_ERRORS = {
 }
 GET_ERRORS = {503: "the model is loading or the server is shutting down"}
 TASK_PATHS = {  # routes that only a model of the other task can serve
-    "embed": {"/predict"},
-    "score": routes_of(tuple(OUTPUT_KINDS)),
+    "embed": {"/predict", "/classify", "/v1/classify"},
+    "score": routes_of(tuple(OUTPUT_KINDS)) | {"/embeddings", "/similarity"},
 }
+# Request components holding vLLM's truncate_prompt_tokens (at most max_model_len).
+TRUNCATE_PROMPT_TOKENS_BODIES = (
+    "CohereRerankRequest",
+    "ScoreRequest",
+    "ClassificationRequest",
+    "PoolingRequest",
+)
 
 
 def install_openapi(app: FastAPI, state: AppState) -> None:
@@ -50,6 +58,9 @@ def install_openapi(app: FastAPI, state: AppState) -> None:
             return app.openapi_schema
         schema = get_openapi(title=app.title, version=app.version, routes=app.routes)
         _document_errors(schema, state)
+        _document_classify_bodies(schema)
+        if state.settings.strict_request_fields:
+            _forbid_unknown_fields(schema)
         if state.models.is_multi_model:  # every route; each request's ``model`` picks its model
             app.openapi_schema = schema
             return schema
@@ -90,6 +101,36 @@ def _document_errors(schema: dict[str, Any], state: AppState) -> None:
                 }
 
 
+# ---- request bodies -------------------------------------------------------------------------------------
+def _document_classify_bodies(schema: dict[str, Any]) -> None:
+    """POST /classify takes vLLM's body or Infinity's (told apart by ``raw_scores``)."""
+    components = schema["components"]["schemas"]
+    infinity = InfinityClassifyRequest.model_json_schema(ref_template=REF)
+    components.update(infinity.pop("$defs", {}))
+    components[InfinityClassifyRequest.__name__] = infinity
+    operation = schema["paths"].get("/classify", {}).get("post")
+    if operation is not None:
+        bodies = [
+            {"$ref": REF.format(model=name)} for name in ("ClassificationRequest", "InfinityClassifyRequest")
+        ]
+        operation["requestBody"] = {
+            "content": {"application/json": {"schema": {"anyOf": bodies}}},
+            "required": True,
+        }
+
+
+def _forbid_unknown_fields(schema: dict[str, Any]) -> None:
+    """--strict-request-fields: every request body says so (unknown fields answer 422)."""
+    names = {cls.__name__ for cls in _subclasses(RequestModel)}
+    for name, component in schema["components"]["schemas"].items():
+        if name in names and component.get("type") == "object":
+            component["additionalProperties"] = False
+
+
+def _subclasses(cls: type) -> list[type]:
+    return [sub for direct in cls.__subclasses__() for sub in (direct, *_subclasses(direct))]
+
+
 # ---- the model's limits ---------------------------------------------------------------------------------
 def _constrain_to_model(
     schema: dict[str, Any], model_config: ModelConfig, engine: AsyncLLMEngine, state: AppState
@@ -106,7 +147,16 @@ def _constrain_to_model(
     # 3. fields whose valid values depend on the model and the server's limits
     components = schema["components"]["schemas"]
     limits = _Limits(model_config, state.settings.max_client_batch_size)
-    for name in ("EmbedRequest", "EmbedSparseRequest", "EmbeddingRequest", "TokenizeRequest"):
+    for name in (
+        "EmbedRequest",
+        "EmbedSparseRequest",
+        "EmbeddingRequest",
+        "UnversionedEmbeddingRequest",
+        "TokenizeRequest",
+        "ClassificationRequest",
+        "PoolingRequest",
+        "SimilarityParameters",
+    ):
         properties = components.get(name, {}).get("properties", {})
         for field in ("inputs", "input"):
             if field in properties:
@@ -122,10 +172,31 @@ def _constrain_to_model(
                 else [{"type": "null"}],
                 "description": "a prompt of this model (config_sentence_transformers.json)",
             }
-    for name, field in (("RerankRequest", "texts"), ("CohereRerankRequest", "documents")):
+    for name, field in (
+        ("RerankRequest", "texts"),
+        ("CohereRerankRequest", "documents"),
+        ("SimilarityInput", "sentences"),
+        ("InfinityClassifyRequest", "input"),
+    ):
         properties = components.get(name, {}).get("properties", {})
         if field in properties:
             properties[field]["maxItems"] = state.settings.max_client_batch_size
+    score = components.get("ScoreRequest", {}).get("properties", {})
+    for field in ("text_1", "text_2"):
+        for option in score.get(field, {}).get("anyOf", []):
+            if option.get("type") == "array":
+                option["maxItems"] = state.settings.max_client_batch_size
+    for name in TRUNCATE_PROMPT_TOKENS_BODIES:
+        properties = components.get(name, {}).get("properties", {})
+        if "truncate_prompt_tokens" in properties:
+            _set_maximum(properties["truncate_prompt_tokens"], model_config.max_model_len)
+    decode = components.get("DecodeRequest", {}).get("properties", {})
+    if "ids" in decode:
+        max_token_id = engine.info.tokenizer.get_vocab_size(with_added_tokens=True) - 1
+        _set_maximum(decode["ids"], max_token_id)
+        for option in decode["ids"].get("anyOf", []):
+            if option.get("items", {}).get("type") == "array":
+                option["maxItems"] = state.settings.max_client_batch_size
     # 4. rerank: raw logits exist only for a cross-encoder; a structured document documented with its
     #    "text" (with rank_fields, other string fields are ranked instead)
     if model_config.task == "embed":
@@ -136,12 +207,19 @@ def _constrain_to_model(
     # 5. the output kinds and options an embedding model has (precision int8 / uint8 with calibration only)
     calibration = getattr(engine, "calibration", None)
     _constrain_output_options(components, model_config, calibrated=bool(calibration and calibration.texts))
-    # 6. an instruction only for an LLM reranker (a model with a pair template)
+    # 6. an instruction only for an LLM reranker (a model with a pair template), which truncates on the right
+    #    only (its template's start holds the instruction)
     if model_config.task != "score" or model_config.pair_template is None:
-        for name in ("RerankRequest", "CohereRerankRequest"):
+        for name in ("RerankRequest", "CohereRerankRequest", "ScoreRequest"):
             properties = components.get(name, {}).get("properties", {})
             if "instruction" in properties:
                 properties["instruction"] = {"type": "null", "description": "this model takes no instruction"}
+    else:
+        right_only = {"type": "string", "enum": ["right", "Right"], "default": "right"}
+        for component in components.values():
+            for field in ("truncation_direction", "truncation_side"):
+                if field in component.get("properties", {}):
+                    component["properties"][field] = right_only
 
 
 def _constrain_output_options(
@@ -154,28 +232,41 @@ def _constrain_output_options(
     if "dense" not in kinds:
         precisions = ["float32"]
     null = {"type": "null"}
-    for name in ("EmbedRequest", "EmbeddingRequest"):
+    for name in ("EmbedRequest", "EmbeddingRequest", "UnversionedEmbeddingRequest"):
         properties = components.get(name, {}).get("properties", {})
         if "precision" in properties:
             properties["precision"] = {"type": "string", "enum": precisions, "default": "float32"}
         if "long_input" in properties and "dense" not in kinds:
             properties["long_input"] = {"anyOf": [{"type": "string", "enum": ["truncate", "error"]}, null]}
-    properties = components.get("EmbeddingRequest", {}).get("properties", {})
-    if "output" in properties:
-        kind = {"type": "string", "enum": kinds}
-        many = {"type": "array", "items": kind, "minItems": 1, "uniqueItems": True}
-        properties["output"] = {"anyOf": [kind, many], "default": "dense"}
-    if "dimensions" in properties and "dense" not in kinds:
-        properties["dimensions"] = null
-    if "max_active_dims" in properties and "sparse" not in kinds:
-        properties["max_active_dims"] = null
+    for name in ("EmbeddingRequest", "UnversionedEmbeddingRequest"):
+        properties = components.get(name, {}).get("properties", {})
+        if "output" in properties:
+            kind = {"type": "string", "enum": kinds}
+            many = {"type": "array", "items": kind, "minItems": 1, "uniqueItems": True}
+            properties["output"] = {"anyOf": [kind, many], "default": "dense"}
+        if "dimensions" in properties and "dense" not in kinds:
+            properties["dimensions"] = null
+        if "max_active_dims" in properties and "sparse" not in kinds:
+            properties["max_active_dims"] = null
 
 
 def _missing_output_paths(model_config: ModelConfig) -> set[str]:
-    """An embedding model's routes for output kinds it does not produce (a SPLADE model: no /embed)."""
+    """An embedding model's routes for output kinds it does not produce (a SPLADE model: no /embed, no
+    /similarity)."""
     if model_config.task != "embed":
         return set()
-    return routes_of(tuple(OUTPUT_KINDS)) - routes_of(model_config.outputs)
+    missing = routes_of(tuple(OUTPUT_KINDS)) - routes_of(model_config.outputs)
+    return missing | ({"/similarity"} if "dense" not in model_config.outputs else set())
+
+
+def _set_maximum(node: dict[str, Any], maximum: int) -> None:
+    """Every integer bound of ``node`` (through anyOf / items) gets ``maximum``."""
+    if node.get("type") == "integer" and "const" not in node:
+        node["maximum"] = maximum
+    for option in node.get("anyOf", []):
+        _set_maximum(option, maximum)
+    if isinstance(node.get("items"), dict):
+        _set_maximum(node["items"], maximum)
 
 
 def _document_structured_documents(cohere: dict[str, Any]) -> None:

@@ -1,9 +1,11 @@
 """Request and response bodies of the HTTP API (pydantic v2), TEI- and OpenAI-compatible.
 
-Requests forbid unknown fields (a typo fails loudly with 422 instead of being ignored); fields that
-clients send and we do not use (OpenAI's ``user``) are declared explicitly. Responses are built as
-plain dicts / numpy arrays and serialized with orjson; the response models here document the shapes
-(OpenAPI) and are not used to validate what we send.
+Requests ignore unknown fields, as TEI and vLLM do (clients send fields of other servers), naming them in
+the ``x-wde-ignored-fields`` response header; ``--strict-request-fields`` refuses them with 422
+(``server/ignored_fields.py``). Fields that clients send and we do not use (OpenAI's ``user``) are declared
+explicitly. Responses are built as plain dicts / numpy arrays and serialized with orjson; the response
+models here document the shapes (OpenAPI) and are not used to validate what we send. vLLM's and Infinity's
+own bodies are in ``server/vllm_protocol.py`` and ``server/infinity_protocol.py``.
 """
 
 from __future__ import annotations
@@ -27,6 +29,8 @@ from pydantic import (
     model_validator,
 )
 from pydantic_core import PydanticCustomError
+
+from server.ignored_fields import report_unknown_fields
 
 # What an ``inputs`` / ``input`` field accepts: one text, texts, one token-id list, or token-id lists (the
 # model's limits, such as the vocabulary size, are added to /openapi.json by server/openapi.py).
@@ -89,6 +93,32 @@ PositiveInt = Annotated[StrictInt, Field(ge=1), BeforeValidator(_integral_float_
 Dimensions = Annotated[PositiveInt, Field(description="keep the first N dimensions (Matryoshka)")]
 
 
+def _minus_one_or_positive(value: int) -> int:
+    if value == 0 or value < -1:
+        raise ValueError(f"must be -1 (max_model_len) or a positive number of tokens, got {value}")
+    return value
+
+
+# vLLM's truncate_prompt_tokens: -1 cuts at max_model_len, N >= 1 keeps N tokens (special tokens included).
+TruncatePromptTokens = Annotated[
+    StrictInt,
+    BeforeValidator(_integral_float_to_int),
+    AfterValidator(_minus_one_or_positive),
+    WithJsonSchema({"anyOf": [{"type": "integer", "const": -1}, {"type": "integer", "minimum": 1}]}),
+]
+TRUNCATE_PROMPT_TOKENS_HELP = (
+    "vLLM's: cut each input to N tokens (special tokens included; -1: max_model_len; at most max_model_len); "
+    "null: the server's --truncate default"
+)
+
+
+def truncation_of(truncate_prompt_tokens: int | None) -> tuple[bool | None, int | None]:
+    """vLLM's ``truncate_prompt_tokens`` as wde's (truncate, max_input_tokens)."""
+    if truncate_prompt_tokens is None:
+        return None, None
+    return True, None if truncate_prompt_tokens == -1 else truncate_prompt_tokens
+
+
 OutputKind = Literal["dense", "sparse", "multi_vector"]
 LongInput = Literal["truncate", "error", "chunk"]
 LONG_INPUT_HELP = (
@@ -107,7 +137,26 @@ INPUT_TYPE_HELP = "a late-interaction (ColBERT) model encodes a query or a docum
 
 
 class RequestModel(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    """A request body: unknown fields are ignored and reported (refused under --strict-request-fields)."""
+
+    model_config = ConfigDict(extra="allow")
+
+    @model_validator(mode="after")
+    def _report_unknown_fields(self) -> RequestModel:
+        if self.model_extra:
+            report_unknown_fields(type(self).__name__, self.model_extra)
+        return self
+
+
+# Infinity's clients name no model with this (its default); it means the route's default model here too.
+INFINITY_DEFAULT_MODEL = "default/not-specified"
+
+
+def _default_model_as_none(value: Any) -> Any:
+    return None if value == INFINITY_DEFAULT_MODEL else value
+
+
+ModelName = Annotated[str | None, BeforeValidator(_default_model_as_none)]
 
 
 MODEL_HELP = (
@@ -119,23 +168,22 @@ MODEL_HELP = (
 class TEIRequestModel(RequestModel):
     """A TEI route's body: TEI's fields, plus the optional ``model`` of a multi-model wde server."""
 
-    model: str | None = Field(None, description=MODEL_HELP)
+    model: ModelName = Field(None, description=MODEL_HELP)
 
 
-def _right_only(value: str) -> str:
-    if value.lower() != "right":
-        raise ValueError(
-            "only 'right' truncation is supported (the end of an over-long input is cut); "
-            "shorten the input yourself to keep its end, or omit truncation_direction"
-        )
-    return "right"
-
-
-# "left" is read (to answer it with a clear message) but not documented: only right truncation is served.
+# TEI's names ("Left" / "Right") and vLLM's ("left" / "right"), read as wde's lower-case ones: "right" cuts
+# the end of an over-long input, "left" its start (the end is kept).
 TruncationDirection = Annotated[
     Literal["right", "Right", "left", "Left"],
-    AfterValidator(_right_only),
-    WithJsonSchema({"type": "string", "enum": ["right", "Right"], "default": "right"}),
+    AfterValidator(str.lower),
+    WithJsonSchema(
+        {
+            "type": "string",
+            "enum": ["right", "Right", "left", "Left"],
+            "default": "right",
+            "description": "an over-long input loses its end (right) or its start (left: the end is kept)",
+        }
+    ),
 ]
 
 
@@ -180,6 +228,27 @@ class SparseValue(BaseModel):
     value: float  # its weight (> 0)
 
 
+def _decode_ids(value: Any) -> list[list[int]]:
+    """TEI's ``ids``: one list of token ids, or a list of such lists."""
+    if isinstance(value, list) and value and all(_is_token_id(item) for item in value):
+        value = [value]
+    if not isinstance(value, list) or not value:
+        raise PydanticCustomError(
+            "decode_ids", "expected token ids: a list of int, or a list of lists of int"
+        )
+    sequences: list[list[int]] = []
+    for index, item in enumerate(value):
+        if not isinstance(item, list) or not item or not all(_is_token_id(token) for token in item):
+            raise PydanticCustomError(
+                "decode_ids", "item {index} must be a non-empty list of int token ids", {"index": index}
+            )
+        ids = _token_ids(item)
+        if min(ids) < 0:
+            raise PydanticCustomError("decode_ids", "item {index} has a negative token id", {"index": index})
+        sequences.append(ids)
+    return sequences
+
+
 class TokenizeRequest(TEIRequestModel):
     inputs: Annotated[
         list[Any],
@@ -195,6 +264,37 @@ class TokenizeRequest(TEIRequestModel):
             if not isinstance(item, str):
                 raise ValueError(f"item {index} is a list of token ids; /tokenize takes texts")
         return value
+
+
+class DecodeRequest(TEIRequestModel):
+    """TEI ``POST /decode``: token ids back to text (one list of ids, or several)."""
+
+    ids: Annotated[
+        list[Any],
+        PlainValidator(
+            _decode_ids, json_schema_input_type=TokenIds | Annotated[list[TokenIds], Field(min_length=1)]
+        ),
+    ]
+    skip_special_tokens: StrictBool = True
+
+
+class SimilarityInput(RequestModel):
+    source_sentence: StrictStr
+    sentences: Annotated[list[StrictStr], Field(min_length=1)]
+
+
+class SimilarityParameters(RequestModel):
+    truncate: StrictBool | None = Field(None, description="null: the server's --truncate default")
+    truncation_direction: TruncationDirection = "right"
+    prompt_name: str | None = None
+
+
+class SimilarityRequest(TEIRequestModel):
+    """TEI ``POST /similarity`` (the Hub's sentence-similarity task): the cosine similarity of
+    ``source_sentence`` to each of ``sentences``."""
+
+    inputs: SimilarityInput
+    parameters: SimilarityParameters | None = None
 
 
 INSTRUCTION_HELP = (
@@ -312,11 +412,11 @@ class InfoResponse(BaseModel):
     outputs: list[str]  # an embedding model's output kinds ("dense", "sparse"), default first (not in TEI's)
     max_concurrent_requests: int
     max_input_length: int
-    max_batch_tokens: int | None  # null: "auto", sized when the model loads
+    max_batch_tokens: int  # "auto": max_input_length until the model is loaded and the budget sized
     max_batch_requests: int
     max_client_batch_size: int
     auto_truncate: bool
-    tokenization_workers: int | None = None
+    tokenization_workers: int  # 1: the engine thread tokenizes each window in one batched call
     version: str
     sha: str | None = None
     docker_label: str | None = None
@@ -341,7 +441,7 @@ class TEIErrorResponse(BaseModel):
 # ---- OpenAI -------------------------------------------------------------------------------------------
 class EmbeddingRequest(RequestModel):
     input: Inputs
-    model: str | None = None
+    model: ModelName = None
     encoding_format: Literal["float", "base64"] = "float"
     dimensions: Dimensions | None = None
     user: str | None = None  # accepted and ignored, as OpenAI clients send it
@@ -419,9 +519,10 @@ class OpenAIErrorResponse(BaseModel):
 
 # ---- Cohere / Jina ------------------------------------------------------------------------------------
 class CohereRerankRequest(RequestModel):
-    """``POST /v1/rerank`` and ``/v2/rerank`` (Cohere; Jina and vLLM clients send the same fields)."""
+    """``POST /v1/rerank`` and ``/v2/rerank`` (Cohere; Jina, vLLM and Infinity clients send the same fields,
+    and some of their own: ``raw_scores``, vLLM's truncation options)."""
 
-    model: str | None = None
+    model: ModelName = None
     query: StrictStr
     documents: Annotated[list[StrictStr | dict[str, StrictStr]], Field(min_length=1)]
     top_n: PositiveInt | None = None
@@ -435,9 +536,16 @@ class CohereRerankRequest(RequestModel):
     instruction: StrictStr | None = Field(None, description=INSTRUCTION_HELP)
     long_input: LongInput | None = Field(None, description=LONG_INPUT_HELP)
     chunk_score: ChunkScore | None = Field(None, description=CHUNK_SCORE_HELP)
+    raw_scores: StrictBool = Field(
+        False, description="a cross-encoder's logits instead of scores (TEI, Infinity)"
+    )
+    truncate_prompt_tokens: TruncatePromptTokens | None = Field(None, description=TRUNCATE_PROMPT_TOKENS_HELP)
+    truncation_side: TruncationDirection = "right"
 
     @model_validator(mode="after")
     def _documents_have_text(self) -> CohereRerankRequest:
+        if self.model_extra and "texts" in self.model_extra:
+            raise ValueError("texts: send TEI's texts or Cohere's documents, not both")
         if self.rank_fields is not None:
             return self
         for index, document in enumerate(self.documents):
@@ -485,6 +593,7 @@ class RerankResult(BaseModel):
 
 
 class RerankUsage(BaseModel):
+    prompt_tokens: int  # vLLM's and Infinity's (the same count)
     total_tokens: int
 
 
@@ -494,3 +603,5 @@ class CohereRerankResponse(BaseModel):
     meta: dict[str, Any]
     model: str
     usage: RerankUsage
+    object: Literal["rerank"] = "rerank"  # Infinity's
+    created: int  # Infinity's: Unix seconds

@@ -3,12 +3,24 @@
 from __future__ import annotations
 
 import json
+from collections import OrderedDict
 from dataclasses import dataclass
 from pathlib import Path
 
 import tokenizers
 
 TextInput = str | tuple[str, str]
+TRUNCATION_DIRECTIONS = ("right", "left")  # which end of an over-long input is cut (left: keep the end)
+MAX_TRUNCATION_VARIANTS = 8  # tokenizer copies kept for per-request lengths / left truncation (LRU)
+
+
+@dataclass(frozen=True)
+class Truncation:
+    """How one request's inputs are cut: to ``max_length`` tokens (special tokens included), from the
+    ``direction`` end ("left" keeps the end of the input, as TEI's ``truncation_direction: Left``)."""
+
+    max_length: int
+    direction: str = "right"
 
 
 @dataclass
@@ -30,11 +42,13 @@ class Tokenizer:
     ) -> None:
         self.backend = backend
         self.max_length = max_length
+        self.pair_truncation = pair_truncation
         # tokenizer.json files often carry a fixed padding/truncation from training: replace both.
         self.backend.no_padding()
         self.backend.enable_truncation(max_length=max_length, strategy=pair_truncation)
         self.num_encode_calls = 0
         self._untruncated: tokenizers.Tokenizer | None = None
+        self._variants: OrderedDict[Truncation, tokenizers.Tokenizer] = OrderedDict()
 
     @classmethod
     def from_pretrained(
@@ -74,15 +88,41 @@ class Tokenizer:
     def vocab_size(self) -> int:
         return self.backend.get_vocab_size(with_added_tokens=True)
 
-    def encode_batch(self, inputs: list[TextInput]) -> list[TokenizedInput]:
-        """One call for the whole window; special tokens added as the model expects. Raises when one input
-        cannot be truncated as asked (only_second with a first text longer than max_length)."""
+    def encode_batch(
+        self, inputs: list[TextInput], truncation: Truncation | None = None
+    ) -> list[TokenizedInput]:
+        """One call for the whole window; special tokens added as the model expects. ``truncation``: another
+        length or direction than (max_length, "right"); a pair loses tokens on that side of each text, as
+        the tokenizer's strategy shares them. Raises when one input cannot be truncated as asked
+        (only_second with a first text longer than the length)."""
         self.num_encode_calls += 1
-        encodings = self.backend.encode_batch_fast(inputs, add_special_tokens=True)
+        backend = self.backend if truncation is None else self._variant(truncation)
+        encodings = backend.encode_batch_fast(inputs, add_special_tokens=True)
         return [
             TokenizedInput(encoding.ids, encoding.type_ids, bool(encoding.overflowing))
             for encoding in encodings
         ]
+
+    def _variant(self, truncation: Truncation) -> tokenizers.Tokenizer:
+        """A copy truncating as ``truncation`` says (the engine's own for the default); the last few kept."""
+        if truncation == Truncation(self.max_length):
+            return self.backend
+        variant = self._variants.pop(truncation, None)
+        if variant is None:
+            if truncation.direction not in TRUNCATION_DIRECTIONS:
+                raise ValueError(
+                    f"truncation direction {truncation.direction!r} is not one of {TRUNCATION_DIRECTIONS}"
+                )
+            variant = tokenizers.Tokenizer.from_str(self.backend.to_str())
+            variant.enable_truncation(
+                max_length=truncation.max_length,
+                strategy=self.pair_truncation,
+                direction=truncation.direction,
+            )
+            if len(self._variants) >= MAX_TRUNCATION_VARIANTS:
+                self._variants.popitem(last=False)
+        self._variants[truncation] = variant
+        return variant
 
     def untruncated(self) -> tokenizers.Tokenizer:
         """A copy that neither truncates nor pads (for /tokenize and error messages); built once."""

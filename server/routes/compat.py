@@ -65,18 +65,19 @@ async def compat(request: Request, body: dict[str, Any] = Body(...)) -> ORJSONRe
         raise EngineUnavailableError("the model is loading; retry when GET /health answers 200")
     if model_config.task == "embed":
         if "input" in body:
-            return await openai.create_embeddings(_validate(_OPENAI, body), request)
+            return await openai.create_embeddings(validate_body(_OPENAI, body), request)
         if model_config.outputs[0] == "sparse":
-            return await embed_sparse.embed_sparse(_validate(_SPARSE, body), request)
+            return await embed_sparse.embed_sparse(validate_body(_SPARSE, body), request)
         if model_config.outputs[0] == "multi_vector":
-            return await embed_all.embed_all(_validate(_ALL, body), request)
-        return await embed.embed(_validate(_EMBED, body), request)
+            return await embed_all.embed_all(validate_body(_ALL, body), request)
+        return await embed.embed(validate_body(_EMBED, body), request)
     if "query" in body:
-        return await rerank.rerank(_validate(_RERANK, body), request)
-    return await predict.predict(_validate(_PREDICT, body), request)
+        return await rerank.rerank(validate_body(_RERANK, body), request)
+    return await predict.predict(validate_body(_PREDICT, body), request)
 
 
-def _validate(adapter: TypeAdapter, body: dict[str, Any]) -> Any:
+def validate_body(adapter: TypeAdapter, body: dict[str, Any]) -> Any:
+    """``body`` as ``adapter``'s model, refused as FastAPI refuses a route's own body (422 naming fields)."""
     try:
         return adapter.validate_python(body)
     except ValidationError as e:

@@ -28,6 +28,7 @@ async def embed(body: EmbedRequest, request: Request) -> ORJSONResponse:
         output="dense",  # a SPLADE model answers 400 naming POST /embed_sparse
         precision=None if body.precision == "float32" else body.precision,
         long_input=body.long_input,
+        truncation_direction=body.truncation_direction,
     )
     async with state.models.use(body.model, EMBED) as model:
         outputs = await model.engine.encode(body.inputs, params)

@@ -27,6 +27,7 @@ async def embed_all(body: EmbedAllRequest, request: Request) -> Response:
         prompt_name=body.prompt_name,
         output="multi_vector",
         input_type=body.input_type,
+        truncation_direction=body.truncation_direction,
     )
     async with state.models.use(body.model, EMBED) as model:
         outputs: list[MultiVectorOutput] = await model.engine.encode(body.inputs, params)

@@ -27,6 +27,7 @@ async def embed_sparse(body: EmbedSparseRequest, request: Request) -> ORJSONResp
         prompt_name=body.prompt_name,
         output="sparse",
         max_active_dims=body.max_active_dims,
+        truncation_direction=body.truncation_direction,
     )
     async with state.models.use(body.model, EMBED) as model:
         outputs: list[SparseEmbeddingOutput] = await model.engine.encode(body.inputs, params)

@@ -1,5 +1,6 @@
-"""TEI ``GET /info`` (model and limits) and ``GET /health`` (200 when ready; 503 while loading or shutting
-down, when the engine is dead, or while a forward pass runs past --max-batch-seconds)."""
+"""TEI ``GET /info`` (model and limits) and ``GET /health``, ``GET /`` and ``GET /ping`` (TEI's health
+routes: 200 when ready; 503 while loading or shutting down, when the engine is dead, or while a forward
+pass runs past --max-batch-seconds)."""
 
 from __future__ import annotations
 
@@ -16,8 +17,14 @@ from wde.entrypoints.engine_thread import EngineDeadError, EngineState, EngineUn
 
 router = APIRouter(tags=["TEI"])
 
+# The engine thread tokenizes each scheduling window in one batched call (the tokenizer's own threads
+# parallelize it): one worker, in TEI's terms.
+TOKENIZATION_WORKERS = 1
+
 
 @router.get("/health", response_model=HealthResponse, response_class=ORJSONResponse)
+@router.get("/ping", response_model=HealthResponse, response_class=ORJSONResponse)
+@router.get("/", response_model=HealthResponse, response_class=ORJSONResponse)
 async def health(request: Request) -> ORJSONResponse:
     """Ready when every loaded model is (a model unloaded by --max-loaded-models loads on demand)."""
     state = get_state(request)
@@ -71,11 +78,14 @@ def describe(state: AppState, model: ServedModel) -> dict:
         "outputs": list(model_config.outputs) if model_config.task == "embed" else [],
         "max_concurrent_requests": state.settings.max_concurrent_requests,
         "max_input_length": model_config.max_model_len,
-        "max_batch_tokens": max_batch_tokens if isinstance(max_batch_tokens, int) else None,
+        # TEI's Info has an integer: before an "auto" budget is sized, a batch holds one full-length input
+        "max_batch_tokens": max_batch_tokens
+        if isinstance(max_batch_tokens, int)
+        else model_config.max_model_len,
         "max_batch_requests": scheduler_config.max_num_seqs,
         "max_client_batch_size": state.settings.max_client_batch_size,
         "auto_truncate": model_config.truncate,
-        "tokenization_workers": None,
+        "tokenization_workers": TOKENIZATION_WORKERS,
         "version": wde.__version__,
         "sha": None,
         "docker_label": None,

@@ -30,21 +30,30 @@ async def predict(body: PredictRequest, request: Request) -> ORJSONResponse:
     state.check_num_inputs(len(inputs), "inputs")
     # 2. the engine: logits, activated here as TEI does
     async with state.models.use(body.model, SCORE) as model:
-        outputs = await model.engine.classify(inputs, truncate=body.truncate, raw_scores=True)
+        outputs = await model.engine.classify(
+            inputs, truncate=body.truncate, raw_scores=True, truncation_direction=body.truncation_direction
+        )
         id2label = model.engine.info.model_config.hf_config.get("id2label") or {}
     record_usage(request.state, len(outputs), sum(output.num_tokens for output in outputs))
-    predictions = [_labels(output.scores, id2label, body.raw_scores) for output in outputs]
+    predictions = [
+        ranked_labels(label_scores(output.scores, body.raw_scores), id2label) for output in outputs
+    ]
     # 3. TEI's shape
     return ORJSONResponse(predictions if is_batch else predictions[0])
 
 
-def _labels(logits: np.ndarray, id2label: dict[str, str], raw_scores: bool) -> list[dict[str, Any]]:
+def label_scores(logits: np.ndarray, raw_scores: bool = False) -> np.ndarray:
+    """A classifier's logits [num_labels] activated as its head reads them: sigmoid for one label, softmax
+    over several (``raw_scores``: the logits as they are)."""
     if raw_scores:
-        scores = logits
-    elif logits.shape[0] == 1:
-        scores = 1.0 / (1.0 + np.exp(-logits))
-    else:
-        shifted = np.exp(logits - logits.max())
-        scores = shifted / shifted.sum()
+        return logits
+    if logits.shape[0] == 1:
+        return 1.0 / (1.0 + np.exp(-logits))
+    shifted = np.exp(logits - logits.max())
+    return shifted / shifted.sum()
+
+
+def ranked_labels(scores: np.ndarray, id2label: dict[str, str]) -> list[dict[str, Any]]:
+    """Every label with its score, highest first (ties in label order)."""
     order = np.argsort(-scores, kind="stable")
     return [{"score": float(scores[i]), "label": str(id2label.get(str(i), f"LABEL_{i}"))} for i in order]

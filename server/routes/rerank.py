@@ -9,6 +9,7 @@ ranks; ``{"query", "documents"}`` (what vLLM and Infinity accept there, and lite
 
 from __future__ import annotations
 
+import time
 import uuid
 from typing import Any
 
@@ -23,6 +24,7 @@ from server.protocol import (
     CohereRerankResponse,
     Rank,
     RerankRequest,
+    truncation_of,
 )
 from server.responses import ORJSONResponse
 
@@ -61,6 +63,7 @@ async def tei_rerank(body: RerankRequest, request: Request) -> ORJSONResponse:
             instruction=body.instruction,
             long_input=body.long_input,
             chunk_score=body.chunk_score,
+            truncation_direction=body.truncation_direction,
         )
     record_usage(request.state, len(body.texts), num_tokens)
     # 3. TEI's shape: [{"index", "score", "text"?}], best first
@@ -78,18 +81,23 @@ async def cohere_rerank(body: CohereRerankRequest, request: Request, api_version
     # 1. the limits
     state.check_num_inputs(len(body.documents), "documents")
     # 2. the model (404 for one not served) and the engine
+    truncate, max_input_tokens = truncation_of(body.truncate_prompt_tokens)
     async with state.models.use(body.model, SCORE) as model:
         results, num_tokens = await model.engine.rerank(
             body.query,
             body.document_texts(),
             top_n=body.top_n,
+            raw_scores=body.raw_scores,
+            truncate=truncate,
             max_tokens_per_doc=body.max_tokens_per_doc,
             instruction=body.instruction,
             long_input=body.long_input,
             chunk_score=body.chunk_score,
+            truncation_direction=body.truncation_side,
+            max_input_tokens=max_input_tokens,
         )
     record_usage(request.state, len(body.documents), num_tokens)
-    # 3. Cohere's shape (with Jina's model / usage alongside)
+    # 3. Cohere's shape (with Jina's model / usage, vLLM's and Infinity's object / created alongside)
     entries = []
     for result in results:
         entry: dict[str, Any] = {"index": result.index, "relevance_score": result.score}
@@ -103,6 +111,8 @@ async def cohere_rerank(body: CohereRerankRequest, request: Request, api_version
             "results": entries,
             "meta": {"api_version": {"version": api_version}, "billed_units": {"search_units": 1}},
             "model": model.name,
-            "usage": {"total_tokens": num_tokens},
+            "usage": {"prompt_tokens": num_tokens, "total_tokens": num_tokens},
+            "object": "rerank",
+            "created": int(time.time()),
         }
     )

@@ -174,7 +174,7 @@ async def test_bad_lines_go_to_the_error_file(async_engine: AsyncLLMEngine, tmp_
         {"custom_id": "wrong-method", "method": "GET", "url": "/v1/embeddings", "body": {"input": "x"}},
         embedding_line("ok-1", {"input": "a duplicate custom_id"}),
         embedding_line("empty", {"input": []}),
-        embedding_line("unknown-field", {"input": "x", "colour": "blue"}),
+        embedding_line("bad-format", {"input": "x", "encoding_format": "hex"}),
         embedding_line("too-many", {"input": ["x"] * 5}),
         embedding_line("bad-dimensions", {"input": "x", "dimensions": 100_000}),
         embedding_line("ok-2", {"input": ["also fine"]}),
@@ -199,9 +199,9 @@ async def test_bad_lines_go_to_the_error_file(async_engine: AsyncLLMEngine, tmp_
     ]
     assert "line 2" in errors[0]["error"]["message"] and errors[0]["response"] is None
     assert by_line["wrong-url"]["error"]["message"].endswith("but this batch's endpoint is '/v1/embeddings'")
-    refused = ("empty", "unknown-field", "too-many")
+    refused = ("empty", "bad-format", "too-many")
     statuses = {name: by_line[name]["response"]["status_code"] for name in refused}
-    assert statuses == {"empty": 422, "unknown-field": 422, "too-many": 413}
+    assert statuses == {"empty": 422, "bad-format": 422, "too-many": 413}
     assert by_line["empty"]["response"]["body"]["error"]["param"] == "input"
     assert "--max-client-batch-size (4)" in by_line["too-many"]["response"]["body"]["error"]["message"]
     assert by_line["bad-dimensions"]["response"]["status_code"] in (400, 422)

@@ -142,8 +142,7 @@ async def test_dense_only_model_asked_for_sparse_answers_400(async_engine: Async
     [
         ({"inputs": []}, 422, "inputs"),
         ({"inputs": "x", "max_active_dims": 0}, 422, "max_active_dims"),
-        ({"inputs": "x", "normalize": True}, 422, "normalize"),
-        ({"inputs": "x", "truncation_direction": "left"}, 422, "truncation_direction"),
+        ({"inputs": "x", "truncation_direction": "middle"}, 422, "truncation_direction"),
         ({"inputs": "x", "prompt_name": "nope"}, 422, "prompt_name"),
         ({"inputs": ["a", "b", "c"]}, 413, "--max-client-batch-size"),
         ({"inputs": ["word " * 100], "truncate": False}, 400, "max_model_len"),

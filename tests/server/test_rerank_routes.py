@@ -56,7 +56,7 @@ async def test_cohere_rerank_shape_top_n_and_documents(async_engine: AsyncLLMEng
             response = await client.post(path, json=body)
             assert response.status_code == 200, response.text
             payload = response.json()
-            assert set(payload) == {"id", "results", "meta", "model", "usage"}
+            assert set(payload) == {"id", "results", "meta", "model", "usage", "object", "created"}
             assert payload["meta"]["api_version"] == {"version": version}
             assert payload["usage"]["total_tokens"] > 0
             results = payload["results"]
@@ -88,7 +88,7 @@ async def test_cohere_rank_fields_rank_structured_documents(
         ("/rerank", {"query": QUERY, "texts": []}, 422, "texts"),
         ("/rerank", {"query": ["not", "a", "str"], "texts": ["a"]}, 422, "query"),
         ("/rerank", {"query": QUERY, "texts": ["a", 3]}, 422, "texts"),
-        ("/rerank", {"query": QUERY, "texts": ["a"], "truncation_direction": "left"}, 422, "right"),
+        ("/rerank", {"query": QUERY, "texts": ["a"], "truncation_direction": "middle"}, 422, "right"),
         ("/v1/rerank", {"query": QUERY, "documents": []}, 422, "documents"),
         ("/v1/rerank", {"query": QUERY, "documents": [{"title": "no text"}]}, 422, "no string field 'text'"),
         ("/v1/rerank", {"query": QUERY, "documents": ["a"], "top_n": 0}, 422, "top_n"),
@@ -105,7 +105,7 @@ async def test_cohere_rank_fields_rank_structured_documents(
             "max_chunks_per_doc",
         ),
         ("/rerank", {"query": QUERY, "documents": ["a"], "texts": ["b"]}, 422, "texts"),
-        ("/v2/rerank", {"query": QUERY, "documents": ["a"], "unknown": 1}, 422, "unknown"),
+        ("/v2/rerank", {"query": QUERY, "documents": ["a"], "top_n": "all"}, 422, "top_n"),
     ],
 )
 async def test_bad_rerank_requests_are_4xx_with_a_json_body(

@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from wde.config import ModelConfig
 from wde.engine.errors import InputTooLongError
 from wde.request import Request
-from wde.tokenizer import TextInput, TokenizedInput, Tokenizer
+from wde.tokenizer import TextInput, TokenizedInput, Tokenizer, Truncation
 
 
 class RequestProcessor:
@@ -33,20 +33,17 @@ class RequestProcessor:
                 to_tokenize.append(request)
         if not to_tokenize:
             return 0
-        # 2. one batched tokenizer call over the window
+        # 2. one batched tokenizer call over the window (one per other truncation asked: left, shorter)
         start = time.monotonic()
         texts = [self._tokenizer_input(request) for request in to_tokenize]
-        try:
-            encodings: list[TokenizedInput | Exception] = list(self.tokenizer.encode_batch(texts))
-        except Exception:  # one input the tokenizer refuses must not fail the window: find it alone
-            encodings = [self._encode_one(text) for text in texts]
+        encodings = self._encode_window(to_tokenize, texts)
         span = (start, time.monotonic())
         # 3. keep or fail each result
         for request, text, encoding in zip(to_tokenize, texts, encodings, strict=True):
             if isinstance(encoding, Exception):
                 request.fail(ValueError(f"the tokenizer refused this input: {encoding}"))
                 continue
-            if encoding.truncated and not request.truncate:
+            if encoding.truncated and not request.truncate and request.params.max_input_tokens is None:
                 num_tokens = self.tokenizer.count_tokens(text)
                 request.fail(self._too_long(num_tokens))
                 continue
@@ -59,9 +56,29 @@ class RequestProcessor:
                 self._restore_template_tail(request)
         return len(to_tokenize)
 
-    def _encode_one(self, text: TextInput) -> TokenizedInput | Exception:
+    def _encode_window(
+        self, requests: list[Request], texts: list[TextInput]
+    ) -> list[TokenizedInput | Exception]:
+        """Each text's encoding, or the error for one the tokenizer refused; one call per truncation."""
+        groups: dict[Truncation | None, list[int]] = {}
+        for index, request in enumerate(requests):
+            truncation = request.params.truncation(self.model_config.max_model_len)
+            groups.setdefault(truncation, []).append(index)
+        by_position: dict[int, TokenizedInput | Exception] = {}
+        for truncation, indices in groups.items():
+            group = [texts[index] for index in indices]
+            try:
+                encodings: list[TokenizedInput | Exception] = list(
+                    self.tokenizer.encode_batch(group, truncation)
+                )
+            except Exception:  # one input the tokenizer refuses must not fail the window: find it alone
+                encodings = [self._encode_one(text, truncation) for text in group]
+            by_position.update(zip(indices, encodings, strict=True))
+        return [by_position[index] for index in range(len(texts))]
+
+    def _encode_one(self, text: TextInput, truncation: Truncation | None) -> TokenizedInput | Exception:
         try:
-            return self.tokenizer.encode_batch([text])[0]
+            return self.tokenizer.encode_batch([text], truncation)[0]
         except Exception as e:
             return e
 
@@ -126,19 +143,23 @@ class RequestProcessor:
             tail = self.model_config.pair_template.rsplit("{document}", 1)[-1]  # type: ignore[union-attr]
             self._template_tail_ids = self.tokenizer.untruncated().encode(tail, add_special_tokens=False).ids
         tail_ids = self._template_tail_ids
-        request.token_ids = [*request.token_ids[: self.model_config.max_model_len - len(tail_ids)], *tail_ids]
+        max_length = request.params.max_input_tokens or self.model_config.max_model_len
+        request.token_ids = [*request.token_ids[: max_length - len(tail_ids)], *tail_ids]
         request.token_type_ids = [0] * len(request.token_ids)
 
     def _truncate_token_ids(self, request: Request) -> None:
-        """Token-id inputs are cut to max_model_len as given (the InputProcessor already refused over-long
-        ones whose request asked not to truncate)."""
-        max_model_len = self.model_config.max_model_len
-        if len(request.token_ids) <= max_model_len:
+        """Token-id inputs are cut as given, to max_model_len (or the request's max_input_tokens) from the
+        request's side (the InputProcessor already refused over-long ones whose request asked not to
+        truncate)."""
+        params = request.params
+        max_length = params.max_input_tokens or self.model_config.max_model_len
+        if len(request.token_ids) <= max_length:
             return
         request.truncated = True
-        request.token_ids = request.token_ids[:max_model_len]
+        kept = slice(-max_length, None) if params.truncation_direction == "left" else slice(max_length)
+        request.token_ids = request.token_ids[kept]
         if request.token_type_ids is not None:
-            request.token_type_ids = request.token_type_ids[:max_model_len]
+            request.token_type_ids = request.token_type_ids[kept]
 
     def _too_long(self, num_tokens: int) -> InputTooLongError:
         return InputTooLongError(

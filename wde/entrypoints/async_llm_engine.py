@@ -192,15 +192,20 @@ class AsyncLLMEngine:
         instruction: str | None = None,
         long_input: str | None = None,
         chunk_score: str | None = None,
+        truncation_direction: str = "right",
+        max_input_tokens: int | None = None,
     ) -> list[ScoreOutput]:
         """Scores of (text_1, text_2) pairs (1:N or N:N, as ``LLM.score``): a cross-encoder's classifier, or
-        the cosine similarity of an embedding model's embeddings (each distinct text embedded once)."""
+        the cosine similarity of an embedding model's embeddings (each distinct text embedded once).
+        ``truncation_direction`` / ``max_input_tokens``: as ``PoolingParams``."""
         params = PoolingParams(
             truncate=truncate,
             raw_scores=raw_scores,
             instruction=instruction,
             long_input=long_input,
             chunk_score=chunk_score,
+            truncation_direction=truncation_direction,
+            max_input_tokens=max_input_tokens,
         )
         info = self.info
         return await self._drive(tasks.score(info.model_config, text_1, text_2, params, self._chunker(info)))
@@ -218,6 +223,8 @@ class AsyncLLMEngine:
         instruction: str | None = None,
         long_input: str | None = None,
         chunk_score: str | None = None,
+        truncation_direction: str = "right",
+        max_input_tokens: int | None = None,
     ) -> tuple[list[RerankResult], int]:
         """(documents sorted by relevance to ``query``, highest first, with their original ``index``;
         tokens processed). ``max_tokens_per_doc`` cuts each document to that many tokens first;
@@ -229,6 +236,8 @@ class AsyncLLMEngine:
             instruction=instruction,
             long_input=long_input,
             chunk_score=chunk_score,
+            truncation_direction=truncation_direction,
+            max_input_tokens=max_input_tokens,
         )
         plan = tasks.rerank(
             info.model_config,
@@ -244,10 +253,21 @@ class AsyncLLMEngine:
         return await self._drive(plan)
 
     async def classify(
-        self, inputs: Sequence[str | TextPair], *, truncate: bool | None = None, raw_scores: bool = False
+        self,
+        inputs: Sequence[str | TextPair],
+        *,
+        truncate: bool | None = None,
+        raw_scores: bool = False,
+        truncation_direction: str = "right",
+        max_input_tokens: int | None = None,
     ) -> list[ScoreOutput]:
         """A classifier's scores (every label) of single texts or (text_1, text_2) pairs, in order."""
-        params = PoolingParams(truncate=truncate, raw_scores=raw_scores)
+        params = PoolingParams(
+            truncate=truncate,
+            raw_scores=raw_scores,
+            truncation_direction=truncation_direction,
+            max_input_tokens=max_input_tokens,
+        )
         return await self._drive(tasks.classify(self.info.model_config, inputs, params))
 
     async def _drive(self, plan: tasks.Plan) -> Any:

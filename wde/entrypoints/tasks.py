@@ -266,20 +266,30 @@ def score(
     request_ids = [str(index) for index in range(len(pairs))]
     if model_config.outputs[0] == "multi_vector" and model_config.multi_vector is not None:  # MaxSim
         late = MaxSimPlan.from_pairs(pairs)
-        kwargs = {"truncate": params.truncate, "output": "multi_vector"}
+        kwargs = {"truncate": params.truncate, "output": "multi_vector", **_truncation(params)}
         queries = yield Submit(late.queries, PoolingParams(**kwargs, input_type="query"))
         documents = yield Submit(late.documents, PoolingParams(**kwargs, input_type="document"))
         return late.scores(queries, documents, request_ids, model_config.multi_vector.similarity)
     plan = CosinePlan.from_pairs(pairs)
     if model_config.outputs[0] == "sparse" and model_config.sparse is not None:  # SPLADE: sparse similarity
-        sparse = yield Submit(plan.texts, PoolingParams(truncate=params.truncate, output="sparse"))
+        sparse_params = PoolingParams(truncate=params.truncate, output="sparse", **_truncation(params))
+        sparse = yield Submit(plan.texts, sparse_params)
         return plan.sparse_scores(sparse, request_ids, model_config.sparse.similarity)
     check_output(model_config, "dense", "cosine scoring")
     dense = PoolingParams(
-        normalize=True, truncate=params.truncate, output="dense", long_input=params.long_input
+        normalize=True,
+        truncate=params.truncate,
+        output="dense",
+        long_input=params.long_input,
+        **_truncation(params),
     )
     embeddings = yield from embed(model_config, plan.texts, dense, chunker)
     return plan.scores(embeddings, request_ids)
+
+
+def _truncation(params: PoolingParams) -> dict[str, Any]:
+    """The request's truncation options, carried to the embedding calls of a cosine / MaxSim score."""
+    return {"truncation_direction": params.truncation_direction, "max_input_tokens": params.max_input_tokens}
 
 
 def _score_windows(

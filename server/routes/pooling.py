@@ -1,0 +1,81 @@
+"""vLLM's ``POST /pooling``: each input's pooled output in vLLM's shape, by ``task``: ``embed`` (the
+embedding, as ``/v1/embeddings``), ``classify`` (label probabilities, as ``/classify``) or ``token_embed``
+(a late-interaction model's token vectors, as ``/embed_all``); unset: the model's own (embed for an
+embedding model, classify for a cross-encoder or classifier)."""
+
+from __future__ import annotations
+
+import base64
+import time
+import uuid
+from typing import Any
+
+import numpy as np
+from fastapi import APIRouter, Request
+
+from server.access_log import record_usage
+from server.app_state import get_state
+from server.errors import UnpairedFieldsError
+from server.protocol import truncation_of
+from server.responses import ORJSONResponse
+from server.routes.predict import label_scores
+from server.routes.score import vllm_usage
+from server.vllm_protocol import PoolingRequest, PoolingResponse
+from wde.inputs import PoolingParams
+
+router = APIRouter(tags=["vLLM"])
+
+
+@router.post("/pooling", response_model=PoolingResponse, response_class=ORJSONResponse)
+async def pooling(body: PoolingRequest, request: Request) -> ORJSONResponse:
+    state = get_state(request)
+    # 1. limits
+    state.check_num_inputs(len(body.input), "input")
+    # 2. the engine: the task asked, else the model's own (a model of the other task answers 400)
+    truncate, max_input_tokens = truncation_of(body.truncate_prompt_tokens)
+    truncation = {"truncation_direction": body.truncation_side, "max_input_tokens": max_input_tokens}
+    async with state.models.use(body.model) as model:
+        engine = model.engine
+        task = body.task or ("classify" if engine.info.model_config.task == "score" else "embed")
+        values: list[np.ndarray]
+        if task == "classify":
+            if body.dimensions is not None:
+                raise UnpairedFieldsError("dimensions applies to task embed, not to classify")
+            outputs: list[Any] = await engine.classify(
+                body.input, truncate=truncate, raw_scores=True, **truncation
+            )
+            values = [label_scores(output.scores, body.use_activation is False) for output in outputs]
+        else:
+            dense = task == "embed"
+            params = PoolingParams(
+                normalize=body.use_activation if dense else None,
+                dimensions=body.dimensions,
+                truncate=truncate,
+                output="dense" if dense else "multi_vector",
+                **truncation,
+            )
+            outputs = await engine.encode(body.input, params)
+            values = [output.embedding if dense else output.vectors for output in outputs]
+    num_tokens = sum(output.num_tokens for output in outputs)
+    record_usage(request.state, len(outputs), num_tokens)
+    # 3. vLLM's shape: floats, or base64 of little-endian float32
+    data = [
+        {"index": index, "object": "pooling", "data": _encoded(value, body.encoding_format)}
+        for index, value in enumerate(values)
+    ]
+    return ORJSONResponse(
+        {
+            "id": f"pool-{uuid.uuid4().hex}",
+            "object": "list",
+            "created": int(time.time()),
+            "model": model.name,
+            "data": data,
+            "usage": vllm_usage(num_tokens),
+        }
+    )
+
+
+def _encoded(value: np.ndarray, encoding_format: str) -> Any:
+    if encoding_format == "base64":
+        return base64.b64encode(np.ascontiguousarray(value, dtype="<f4").tobytes()).decode("ascii")
+    return value
