@@ -32,6 +32,8 @@ INPUT_TYPE_NAMES = ("query", "document")  # the side of a late-interaction model
 QUERY_EXPANSION_STRATEGY_NAMES = ("fixed", "min")  # sentence-transformers' query_expansion["strategy"]
 # Post-load weight quantization methods (wde.layers.quantization.quantize.QUANTIZERS implements them).
 QUANTIZATION_NAMES = ("int8",)
+# Attention backends besides "auto" (wde.layers.attention.selector.BACKENDS implements them).
+ATTENTION_BACKEND_NAMES = ("flash_attn", "xformers", "torch_varlen", "varlen_cpu", "torch_sdpa", "naive")
 
 
 @dataclass
