@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from wde.layers.attention.selector import ATTENTION_BACKEND_NAMES, BACKENDS, select_attention_backend
+from wde.config import ATTENTION_BACKEND_NAMES
+from wde.layers.attention.selector import BACKENDS, select_attention_backend
 from wde.layers.attention.spec import AttentionSpec
 from wde.platforms.cpu import CpuPlatform
 from wde.platforms.cuda import CudaPlatform

@@ -5,6 +5,8 @@ float32) on GQA, strided q / k / v and sequences of mixed lengths."""
 
 from __future__ import annotations
 
+import platform
+import shutil
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -115,6 +117,17 @@ def test_a_compiler_that_fails_is_named(
     monkeypatch.setenv("WDE_KERNEL_CACHE", str(tmp_path))
     ok, reason = VarlenCpuBackend.is_available("cpu", torch.float32)
     assert not ok and "kernel did not build with false" in reason
+
+
+@pytest.mark.parametrize("isa", list(varlen_kernel.VARIANTS))
+def test_every_variant_compiles(isa: str) -> None:
+    """Both sources build on any x86 machine with a C compiler, whichever of them this CPU can run (into the
+    kernel cache: a second run finds them there)."""
+    compiler = shutil.which("gcc") or shutil.which("cc")
+    if compiler is None or platform.machine().lower() not in ("x86_64", "amd64"):
+        pytest.skip("needs an x86 machine with a C compiler")
+    library = varlen_kernel.build(compiler, varlen_kernel.VARIANTS[isa])
+    assert library.is_file() and library.name.startswith(f"varlen_cpu_{isa}_")
 
 
 @needs_kernel

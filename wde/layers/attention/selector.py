@@ -28,9 +28,6 @@ BACKENDS: dict[str, type[AttentionBackend]] = {
     "torch_sdpa": TorchSdpaBackend,
     "naive": NaiveBackend,
 }
-# the names --attention-backend takes besides "auto" (tests/unit/layers/test_selector.py keeps it equal to
-# BACKENDS' keys)
-ATTENTION_BACKEND_NAMES = ("flash_attn", "xformers", "torch_varlen", "varlen_cpu", "torch_sdpa", "naive")
 ALIASES = {
     "sdpa": "torch_sdpa",
     "flash": "flash_attn",

@@ -90,7 +90,9 @@ def _cache_dir() -> Path:
     return Path(os.environ.get("WDE_KERNEL_CACHE", Path.home() / ".cache" / "wde" / "kernels"))
 
 
-def _build(compiler: str, variant: KernelVariant) -> Path:
+def build(compiler: str, variant: KernelVariant) -> Path:
+    """The variant's shared library, compiled unless the cache has it (any x86 CPU compiles every variant;
+    running one needs its ISA)."""
     source_path = Path(__file__).with_name(variant.source)
     flags = [*BASE_FLAGS, *variant.flags]
     digest = hashlib.sha256(source_path.read_bytes() + " ".join([compiler, *flags]).encode()).hexdigest()[:16]
@@ -116,7 +118,7 @@ def _load() -> tuple[ctypes.CDLL | None, str]:
     if compiler is None:
         return None, "no C compiler to build the kernel (install gcc, or set CC)"
     try:
-        library = ctypes.CDLL(str(_build(compiler, variant)))
+        library = ctypes.CDLL(str(build(compiler, variant)))
     except (OSError, subprocess.CalledProcessError) as e:
         stderr = (getattr(e, "stderr", b"") or b"").decode(errors="replace")[-500:]
         logger.warning("varlen CPU attention kernel (%s) not built: %s %s", variant.isa, e, stderr)
