@@ -6,11 +6,13 @@ from __future__ import annotations
 
 import json
 import shutil
+import socket
 from pathlib import Path
 
 import numpy as np
 import pytest
 
+from server import cli
 from tests.hub_cache import NEEDED_FILES, OTHER_FORMATS, hub_environment, save_hub_repo, write_hub_cache
 from wde import LLM
 from wde.engine_args import EngineArgs
@@ -58,6 +60,19 @@ def test_offline_cache_loads_the_same_model_as_the_local_folder(offline_cache: P
     np.testing.assert_allclose(got, want, rtol=0, atol=TOLERANCE)
 
 
+def test_wde_embed_takes_a_hub_id(offline_cache: Path, repo_dir: Path, tmp_path: Path) -> None:
+    import pyarrow.parquet as pq
+
+    texts = tmp_path / "texts.txt"
+    texts.write_text("\n".join(TEXTS) + "\n")
+    out = tmp_path / "out"
+    argv = ["embed", str(texts), "--output", str(out), "--model", REPO_ID, "--no-progress"]
+    assert cli.main(argv) == 0
+    got = np.array(pq.read_table(str(out / "part-000000.parquet")).column("embedding").to_pylist())
+    want = np.stack([output.embedding for output in LLM(str(repo_dir)).encode(TEXTS)])  # [num_texts, hidden]
+    np.testing.assert_allclose(got, want, rtol=0, atol=TOLERANCE)
+
+
 def test_offline_with_nothing_cached_names_the_cache_and_the_variable(offline_cache: Path) -> None:
     with pytest.raises(
         HubModelError, match=r"wde-tests/absent .*not in the Hugging Face cache.*HF_HUB_OFFLINE=1"
@@ -68,6 +83,17 @@ def test_offline_with_nothing_cached_names_the_cache_and_the_variable(offline_ca
 def test_offline_revision_that_is_not_cached_is_refused(offline_cache: Path) -> None:
     with pytest.raises(HubModelError, match=r"revision v2.*HF_HUB_OFFLINE=1"):
         resolve_model_path(REPO_ID, revision="v2")
+
+
+def test_unreachable_hub_serves_the_cache_or_says_it_cannot_reach_it(tmp_path: Path, repo_dir: Path) -> None:
+    with socket.socket() as sock:  # a port nothing listens on
+        sock.bind(("127.0.0.1", 0))
+        closed = f"http://127.0.0.1:{sock.getsockname()[1]}"
+    snapshot = write_hub_cache(tmp_path / "hub", REPO_ID, repo_dir)
+    with hub_environment(HF_HUB_CACHE=str(tmp_path / "hub"), HF_ENDPOINT=closed):
+        assert resolve_model_path(REPO_ID) == str(snapshot)  # the whole model is cached: served from it
+        with pytest.raises(HubModelError, match=r"cannot reach the Hub .* for wde-tests/absent"):
+            resolve_model_path("wde-tests/absent")
 
 
 def test_offline_incomplete_snapshot_names_what_it_lacks(tmp_path: Path, repo_dir: Path) -> None:
