@@ -67,7 +67,7 @@ docker-cuda: ## build the CUDA server image with flash-attn + xformers (docker/D
 	docker build -f docker/Dockerfile.cuda -t $(IMAGE):cuda .
 
 docker-check: ## build Dockerfile.cpu (docker or podman), run it read-only as the README says, check it against LLM
-	$(PY) docker/check.py
+	$(PY) docker/check.py $(DOCKER_CHECK_FLAGS)
 
 .PHONY: docker-cpu docker-cuda docker-check
 
