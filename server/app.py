@@ -131,11 +131,11 @@ def create_app(
     install_error_handlers(app, settings.retry_after_seconds)
     install_openapi(app, state)
     # 3. middlewares: the last added is the outermost
+    app.add_middleware(IgnoredFieldsMiddleware, strict=settings.strict_request_fields)
     app.add_middleware(HeadAsGetMiddleware)
     app.add_middleware(AdmissionMiddleware, state=state)  # after the body is read: slow bodies hold no slot
     app.add_middleware(
         RequestBodyMiddleware,
-    app.add_middleware(IgnoredFieldsMiddleware, strict=settings.strict_request_fields)
         payload_limit=settings.payload_limit,
         body_read_timeout=settings.body_read_timeout,
     )
