@@ -4,13 +4,13 @@ Static device buffers (input ids, positions, token types, cu_seqlens) are sized 
 ``max_num_seqs``; a replay copies the batch in, pads the token rows with zeros, and marks every unused
 sequence slot as empty (cu_seqlens repeats the real token count), so padded rows belong to no sequence and
 never reach a real token's attention. Only varlen backends with static metadata can be captured
-(``AttentionBackend.supports_cuda_graphs``: flash-attn). The pooler runs outside the graph.
+(``AttentionBackend.supports_cuda_graphs``: flash_attn, torch_varlen). The pooler runs outside the graph.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import torch
 
@@ -32,6 +32,8 @@ class CapturedGraph:
 
 class TorchCudaGraphCapturer:
     def __init__(self, runner: ModelRunnerBase, max_num_tokens: int, max_num_seqs: int) -> None:
+        if runner.model is None:
+            raise RuntimeError("graphs are captured after load_model()")
         self.model = runner.model
         self.device = runner.device
         self.max_model_len = runner.model_config.max_model_len
@@ -42,7 +44,7 @@ class TorchCudaGraphCapturer:
         self.metadata = AttentionMetadata(
             seq_lens=[], cu_seqlens=self.cu_seqlens, max_seqlen=self.max_model_len
         )
-        self.pool = None  # shared by every graph: the largest, captured first, sizes it
+        self.pool: Any = None  # shared by every graph: the largest, captured first, sizes it
 
     def memory_bytes(self) -> int:
         return torch.cuda.memory_reserved(self.device)
@@ -60,7 +62,9 @@ class TorchCudaGraphCapturer:
                 self._forward(num_tokens)
         torch.cuda.current_stream(self.device).wait_stream(stream)
         graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph, pool=self.pool):
+        # thread_local: a lazy capture runs on the forward thread while the engine thread builds the next
+        # batch (pinned copies, allocations); "global" would forbid those CUDA calls for the whole capture
+        with torch.cuda.graph(graph, pool=self.pool, capture_error_mode="thread_local"):
             output = self._forward(num_tokens)
         if self.pool is None:
             self.pool = graph.pool()

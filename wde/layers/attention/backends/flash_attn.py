@@ -25,6 +25,8 @@ class FlashAttnBackend(AttentionBackend):
             return available, reason
         if importlib.util.find_spec("flash_attn") is None:
             return False, "flash-attn is not installed: pip install 'wde[flash]'"
+        if not torch.cuda.is_available():  # get_device_capability() would raise
+            return False, "torch sees no CUDA device"
         major, _ = torch.cuda.get_device_capability()
         if major < 8:
             return False, f"needs compute capability >= 8.0 (Ampere), this GPU has {major}.x"

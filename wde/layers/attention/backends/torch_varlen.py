@@ -12,7 +12,9 @@ from __future__ import annotations
 
 import functools
 import inspect
-from typing import Any
+import logging
+from collections.abc import Callable
+from typing import Any, cast
 
 import torch
 
@@ -21,6 +23,9 @@ from wde.layers.attention.spec import AttentionSpec
 
 MAX_HEAD_SIZE = 256  # FlashAttention-2's largest head
 MIN_COMPUTE_CAPABILITY = 8  # torch builds its FlashAttention-2 kernels for Ampere (sm_80) and newer
+# varlen_attn logs "Using Flash Attention backend for varlen_attn" at INFO on every call: every layer of
+# every batch in a server that logs at INFO
+TORCH_VARLEN_LOGGER = "torch.nn.attention.varlen"
 
 
 @functools.cache
@@ -46,9 +51,8 @@ class TorchVarlenBackend(AttentionBackend):
     def is_available(cls, device_type: str, dtype: torch.dtype) -> tuple[bool, str]:
         available, reason = super().is_available(device_type, dtype)
         if not available:
-            if dtype not in cls.supported_dtypes:
-                reason += "; pass --dtype float16 or bfloat16"
-            return available, reason
+            dtype_only = device_type in cls.supported_devices
+            return False, reason + ("; pass --dtype float16 or bfloat16" if dtype_only else "")
         if varlen_parameters() is None:
             return False, f"needs torch >= 2.9 (torch.nn.attention.varlen), this is torch {torch.__version__}"
         if not torch.cuda.is_available():
@@ -80,7 +84,9 @@ class TorchVarlenBackend(AttentionBackend):
         super().__init__(spec)
         from torch.nn.attention.varlen import varlen_attn
 
-        self._varlen_attn = varlen_attn
+        # returns one tensor: no return_aux is asked for
+        self._varlen_attn = cast("Callable[..., torch.Tensor]", varlen_attn)
+        logging.getLogger(TORCH_VARLEN_LOGGER).setLevel(logging.WARNING)
         parameters = varlen_parameters() or frozenset()
         self._kwargs: dict[str, Any] = {}
         # 1. mask: (left, right) as flash-attn counts it; (-1, 0) is plain causal, (-1, -1) no mask
