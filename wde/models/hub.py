@@ -97,6 +97,8 @@ def resolve_model_path(name_or_path: str, revision: str | None = None, token: st
     if path.is_dir():
         if not (path / "config.json").is_file():
             raise HubModelError(f"model {name_or_path!r} is a local directory without a config.json")
+        if revision is not None:
+            logger.warning("revision %r applies to Hub models; %s is a local folder", revision, name_or_path)
         return str(path.resolve())
     if not looks_like_repo_id(name_or_path):
         raise HubModelError(
