@@ -49,7 +49,7 @@ class GPUModelRunner(ModelRunnerBase):
         if not self.attn_backend_cls.supports_cuda_graphs:
             logger.info(
                 "cuda graphs off: attention backend %s builds per-batch metadata on the host "
-                "(graphs need flash_attn); running eagerly",
+                "(graphs need flash_attn or torch_varlen); running eagerly",
                 self.attn_backend_cls.name,
             )
             return
