@@ -60,6 +60,7 @@ from server.routes import (
     tokenize,
 )
 from server.settings import ServerSettings
+from server.swap_policy import SwapTiming
 from server.tracing import Tracing
 from wde.engine_args import EngineArgs
 from wde.entrypoints.async_llm_engine import AsyncLLMEngine
@@ -72,14 +73,14 @@ ROUTE_MODULES = (
     rerank,
     predict,
     tokenize,
-    openai,
     decode,
     similarity,
-    files,
+    openai,
     embeddings,
     score,
     classify,
     pooling,
+    files,
     batches,
     metrics,
     compat,
@@ -93,7 +94,10 @@ def build_app(engine_args: EngineArgs | Sequence[EngineArgs], settings: ServerSe
     if isinstance(engine_args, EngineArgs):
         engine_args = [engine_args]
     models = ModelRegistry.from_engine_args(
-        engine_args, settings.max_loaded_models, strict_names=settings.strict_model_name
+        engine_args,
+        settings.max_loaded_models,
+        strict_names=settings.strict_model_name,
+        swap_timing=SwapTiming.of(settings),
     )
     return create_app(models, settings)
 

@@ -24,6 +24,7 @@ from server.listener import StartupError, bind_listener, url_of
 from server.model_registry import ModelRegistry, ServedModel
 from server.settings import ServerSettings
 from server.startup_log import QuietStartupErrors
+from server.swap_policy import SwapTiming
 from server.uvicorn_options import uvicorn_options
 from wde.engine_args import EngineArgs
 from wde.entrypoints.async_llm_engine import AsyncLLMEngine
@@ -77,7 +78,10 @@ def serve(
     all_engine_args = [engine_args] if isinstance(engine_args, EngineArgs) else list(engine_args)
     try:  # names, and whether the models fit in memory together
         models = ModelRegistry.from_engine_args(
-            all_engine_args, settings.max_loaded_models, strict_names=settings.strict_model_name
+            all_engine_args,
+            settings.max_loaded_models,
+            strict_names=settings.strict_model_name,
+            swap_timing=SwapTiming.of(settings),
         )
     except ValueError as e:
         raise StartupError(str(e)) from e

@@ -5,17 +5,22 @@
   embedding model; /rerank, /predict: a cross-encoder), else to the first model. An unknown name is a 404
   naming the served ones; a server of ONE model answers any name (as TEI does) unless
   --strict-model-name.
-- ``--max-loaded-models N``: at most N engines are loaded. A request for an unloaded model waits (holding
-  its admission slot) while the least recently used idle model is unloaded (its requests in flight
-  finish first) and its own model loads; loads are serialized, first come first served. A model that
-  fails to load answers 503 naming it and the error; the next request for it tries again.
+- ``--max-loaded-models N``: at most N engines are loaded. A request for an unloaded model queues (holding
+  its admission slot); swaps go by queue (``server/swap_policy.py``): the loaded models serve their own
+  requests first, and the model with the oldest queued request loads when a loaded one drains, or when
+  that request has waited --max-swap-wait (the loaded model then finishes the requests it holds and
+  unloads, once it has been loaded --min-model-residency). One swap at a time, in a task of its own (a
+  client leaving does not cut a load short). A model that fails to load answers 503 naming it and the
+  error to the requests queued for it; the next request for it tries again.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
+from collections import deque
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
@@ -23,6 +28,7 @@ from dataclasses import dataclass, field
 from server.errors import ModelNotFoundError
 from server.model_memory import check_models_fit
 from server.reached_model import note_reached_model
+from server.swap_policy import SwapPlan, SwapTiming, plan_swap
 from wde.config import EngineConfig, ModelConfig
 from wde.engine_args import EngineArgs
 from wde.entrypoints.async_llm_engine import AsyncLLMEngine
@@ -47,6 +53,10 @@ class ServedModel:
     last_used: float = field(default_factory=time.monotonic)
     num_loads: int = 0
     evicting: bool = False  # chosen to be unloaded: new requests wait for the next load
+    waiting: deque[float] = field(default_factory=deque)  # arrival times of the requests queued for it
+    loaded_at: float = field(default_factory=time.monotonic)  # when its engine became ready
+    # (when, error) of its last failed load: the requests queued before then are answered the error
+    load_failure: tuple[float, EngineUnavailableError] | None = None
 
     @property
     def model_config(self) -> ModelConfig | None:
@@ -82,6 +92,7 @@ class ModelRegistry:
         max_loaded_models: int | None = None,
         make_engine: Callable[[EngineArgs], AsyncLLMEngine] = AsyncLLMEngine,
         strict_names: bool = False,
+        swap_timing: SwapTiming | None = None,
     ) -> None:
         if not models:
             raise ValueError("no model to serve; name one (wde serve MODEL) or leave it out for the default")
@@ -97,9 +108,10 @@ class ModelRegistry:
         self.max_loaded_models = max_loaded_models or len(self.models)
         self.make_engine = make_engine
         self.strict_names = strict_names
+        self.swap_timing = swap_timing or SwapTiming()
         self._engine_hooks: list[EngineHook] = []
-        self._swap_lock = asyncio.Lock()  # one load / unload at a time, first come first served
-        self._idle = asyncio.Condition()  # notified when a model's last request lets go of it
+        self._swap_task: asyncio.Task[None] | None = None  # the one swap (unload, load) under way
+        self._changed = asyncio.Event()  # set (and replaced) when a swap may have become due or done
 
     @classmethod
     def from_engine_args(
@@ -108,6 +120,7 @@ class ModelRegistry:
         max_loaded_models: int | None = None,
         strict_names: bool = False,
         available_bytes: int | None = None,
+        swap_timing: SwapTiming | None = None,
     ) -> ModelRegistry:
         """The models, their configurations read (names, tasks; raises ValueError for a bad folder or
         flag) and, with several, checked to fit in memory together (``model_memory``)."""
@@ -118,7 +131,7 @@ class ModelRegistry:
                 max_loaded_models or len(models),
                 available_bytes,
             )
-        return cls(models, max_loaded_models, strict_names=strict_names)
+        return cls(models, max_loaded_models, strict_names=strict_names, swap_timing=swap_timing)
 
     @classmethod
     def of_engine(cls, engine: AsyncLLMEngine, strict_names: bool = False) -> ModelRegistry:
@@ -177,11 +190,8 @@ class ModelRegistry:
         """The model, loaded, held (not unloaded) until the block ends."""
         model = self.resolve(name, task)
         note_reached_model(model.name)  # the HTTP metrics' model label
-        while not (model.is_loaded and not model.evicting):
-            async with self._swap_lock:
-                if not (model.is_loaded and not model.evicting):
-                    await self._make_room_for(model)
-                    await self._load(model)
+        if not _usable(model):
+            await self._wait_for_turn(model)
         model.num_in_use += 1
         model.last_used = time.monotonic()
         try:
@@ -189,8 +199,57 @@ class ModelRegistry:
         finally:
             model.num_in_use -= 1
             if model.num_in_use == 0:
-                async with self._idle:
-                    self._idle.notify_all()
+                self._notify()  # drained: a queued model may load now
+
+    # ---- the queue --------------------------------------------------------------------------------------
+    async def _wait_for_turn(self, model: ServedModel) -> None:
+        """Queue for ``model`` until it is loaded and takes requests; start each swap that falls due."""
+        arrival = time.monotonic()
+        model.waiting.append(arrival)
+        try:
+            while not _usable(model):
+                failure = model.load_failure
+                if failure is not None and failure[0] >= arrival:
+                    raise failure[1]
+                changed = self._changed
+                recheck_at = self._start_due_swap()
+                timeout = None if recheck_at is None else max(recheck_at - time.monotonic(), 0.0)
+                with contextlib.suppress(TimeoutError):  # the bounded wait or a residency ran out: look again
+                    await asyncio.wait_for(changed.wait(), timeout)
+        finally:
+            if arrival in model.waiting:  # (a failed load empties the queue)
+                model.waiting.remove(arrival)
+            self._notify()  # the queue's head may have changed
+
+    def _start_due_swap(self) -> float | None:
+        """Start the swap ``plan_swap`` says is due (none while one is under way); else when to look again."""
+        if self._swap_task is not None:
+            return None
+        plan, recheck_at = plan_swap(self.models, self.max_loaded_models, self.swap_timing, time.monotonic())
+        if plan is not None:
+            self._swap_task = asyncio.create_task(self._swap(plan), name=f"wde-swap-{plan.model.name}")
+        return recheck_at
+
+    def _notify(self) -> None:
+        self._changed.set()
+        self._changed = asyncio.Event()
+
+    async def _swap(self, plan: SwapPlan) -> None:
+        model, victim = plan.model, plan.victim
+        assert isinstance(model, ServedModel) and (victim is None or isinstance(victim, ServedModel))
+        try:
+            if victim is not None:
+                await self._unload(victim, model)
+            await self._load(model)
+        except EngineUnavailableError as e:
+            # the requests queued until now get the error (and leave the queue: no retry for them)
+            model.load_failure = (time.monotonic(), e)
+            model.waiting.clear()
+        except Exception:
+            logger.exception("swapping in %s failed", model.name)
+        finally:
+            self._swap_task = None
+            self._notify()
 
     # ---- loading and unloading --------------------------------------------------------------------
     def start(self) -> None:
@@ -201,31 +260,31 @@ class ModelRegistry:
                 model.engine = self._new_engine(model)
         for model in self.loaded():
             model.engine.start()  # idempotent
+            model.loaded_at = time.monotonic()
 
     def shutdown(self) -> None:
         """Drain and stop every loaded engine (blocking: call from a worker thread)."""
         for model in self.loaded():
             model.engine.shutdown()
 
-    async def _make_room_for(self, model: ServedModel) -> None:
-        while len(self.loaded()) >= self.max_loaded_models:
-            victim = min(
-                (other for other in self.loaded() if other is not model), key=lambda other: other.last_used
+    async def _unload(self, victim: ServedModel, model: ServedModel) -> None:
+        """Stop ``victim`` taking requests, let the ones it holds finish, and unload it."""
+        victim.evicting = True
+        try:
+            while victim.num_in_use > 0:
+                await self._changed.wait()
+            logger.info(
+                "unloading %s to load %s (--max-loaded-models %d; %d requests queued for it)",
+                victim.name,
+                model.name,
+                self.max_loaded_models,
+                len(model.waiting),
             )
-            victim.evicting = True
-            try:
-                async with self._idle:
-                    await self._idle.wait_for(lambda v=victim: v.num_in_use == 0)
-                logger.info(
-                    "unloading %s to load %s (--max-loaded-models %d)",
-                    victim.name,
-                    model.name,
-                    self.max_loaded_models,
-                )
-                await asyncio.to_thread(victim.engine.shutdown)
-                victim.engine = None
-            finally:
-                victim.evicting = False
+            engine, victim.engine = victim.engine, None
+            if engine is not None:
+                await asyncio.to_thread(engine.shutdown)
+        finally:
+            victim.evicting = False
 
     async def _load(self, model: ServedModel) -> None:
         engine = self._new_engine(model)
@@ -237,6 +296,8 @@ class ModelRegistry:
             await asyncio.to_thread(engine.shutdown)
             raise EngineUnavailableError(f"model {model.name!r} failed to load: {e}") from e
         model.engine = engine
+        model.loaded_at = time.monotonic()
+        model.load_failure = None
 
     def _new_engine(self, model: ServedModel) -> AsyncLLMEngine:
         engine = self.make_engine(model.engine_args)
@@ -244,3 +305,8 @@ class ModelRegistry:
         for hook in self._engine_hooks:
             hook(model, engine)
         return engine
+
+
+def _usable(model: ServedModel) -> bool:
+    """Loaded and taking requests (not being unloaded)."""
+    return model.is_loaded and not model.evicting

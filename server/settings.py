@@ -41,8 +41,13 @@ class ServerSettings:
     cors_allow_origins: list[str] | None = None  # browser origins allowed (CORS; "*": any); off when unset
     batch_dir: str = "~/.cache/wde/batches"  # the Batch API's files and batches, kept across restarts
     batch_lines_in_flight: int = 16  # lines of a running batch in the engine at once (a window, not all)
-    # several models: at most this many loaded at once, the least recently used unloaded for another
+    # several models: at most this many loaded at once; swaps go by queue (server/swap_policy.py)
     max_loaded_models: int | None = None
+    # seconds a request for an unloaded model waits while the loaded ones still have requests, before the
+    # least recently used is made to finish its requests and unload (--max-loaded-models)
+    max_swap_wait: float = 2.0
+    # seconds a model that just loaded keeps serving its requests before a queued model can evict it
+    min_model_residency: float = 1.0
     # OpenTelemetry traces (the otel extra): on / off; unset: on when OTEL_* configures an exporter
     otel: bool | None = None
 
@@ -78,6 +83,15 @@ class ServerSettings:
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
                 raise ValueError(f"{name} must be a positive number of seconds, got {value!r}")
+        for name in ("max_swap_wait", "min_model_residency"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not value >= 0:
+                raise ValueError(f"{name} must be a number of seconds >= 0, got {value!r}")
+        if self.min_model_residency > self.max_swap_wait:
+            raise ValueError(
+                f"min_model_residency ({self.min_model_residency}) must not exceed max_swap_wait "
+                f"({self.max_swap_wait}): a request waits at most the larger of the two plus a load"
+            )
         if self.cors_allow_origins is not None and not all(self.cors_allow_origins):
             raise ValueError(f"cors_allow_origins has an empty origin: {self.cors_allow_origins!r}")
         if not self.batch_dir:

@@ -13,6 +13,7 @@ import pytest
 from server.errors import ModelNotFoundError
 from server.model_memory import check_models_fit
 from server.model_registry import EMBED, SCORE, ModelRegistry, ServedModel
+from server.swap_policy import SwapTiming
 from server.models_file import read_models_file
 from tests.server.fake_engine import FakeEngine
 from wde import EngineArgs
@@ -41,8 +42,10 @@ def served(name: str, task: str | None = None) -> ServedModel:
     return model
 
 
-def registry(*models: ServedModel, max_loaded_models: int | None = None) -> ModelRegistry:
-    return ModelRegistry(list(models), max_loaded_models, make_engine=fake_engine)
+def registry(
+    *models: ServedModel, max_loaded_models: int | None = None, swap_timing: SwapTiming | None = None
+) -> ModelRegistry:
+    return ModelRegistry(list(models), max_loaded_models, make_engine=fake_engine, swap_timing=swap_timing)
 
 
 def test_names_and_tasks_route_requests() -> None:
@@ -88,7 +91,8 @@ async def test_least_recently_used_model_is_unloaded_for_another() -> None:
 
 
 async def test_unloading_waits_for_the_requests_holding_the_model() -> None:
-    models = registry(served("a"), served("b"), max_loaded_models=1)
+    # b's request waits 0.1 s for a's queue, then a is made to yield (test_model_swaps.py: the queue rules)
+    models = registry(served("a"), served("b"), max_loaded_models=1, swap_timing=SwapTiming(0.1, 0.0))
     models.start()
     order: list[str] = []
     release_a = asyncio.Event()

@@ -1,0 +1,83 @@
+"""``plan_swap``: which model --max-loaded-models loads next, and which loaded one makes room for it.
+
+Swaps go by queue, so that mixed traffic does not unload a model for every request of another:
+
+1. A loaded model serves its own requests at once; requests for an unloaded model queue.
+2. The unloaded model with the oldest queued request is the next to load.
+3. It loads at once when there is room. Otherwise it waits for a loaded model to drain (no request holding
+   it: the least recently used such model is unloaded), or for its oldest request to have waited
+   ``max_wait`` (``--max-swap-wait``). Then the least recently used loaded model stops taking requests,
+   finishes the ones it holds and unloads, unless it loaded less than ``min_residency``
+   (``--min-model-residency``) ago: a model that just loaded serves at least that long, so that requests
+   which aged during its load do not evict it at once (ping-pong).
+
+A request for an unloaded model thus waits at most ``max_wait`` (or the residency of a model that loaded
+meanwhile) plus the requests in flight, one unload and its own model's load.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Protocol
+
+if TYPE_CHECKING:
+    from server.settings import ServerSettings
+
+
+class Swappable(Protocol):
+    """What the plan reads of a ``ServedModel``."""
+
+    waiting: deque[float]  # arrival times (monotonic) of the requests queued for it, oldest first
+    num_in_use: int
+    last_used: float
+    loaded_at: float
+
+    @property
+    def is_loaded(self) -> bool: ...
+
+
+@dataclass(frozen=True)
+class SwapTiming:
+    max_wait: float = 2.0  # seconds the oldest queued request waits for the loaded models to drain
+    min_residency: float = 1.0  # seconds a model stays loaded, with requests, before it can be made to yield
+
+    @classmethod
+    def of(cls, settings: ServerSettings) -> SwapTiming:
+        return cls(settings.max_swap_wait, settings.min_model_residency)
+
+
+@dataclass(frozen=True)
+class SwapPlan:
+    model: Swappable  # to load
+    victim: Swappable | None  # to unload first (None: there is room)
+
+
+def plan_swap(
+    models: Sequence[Swappable], max_loaded: int, timing: SwapTiming, now: float
+) -> tuple[SwapPlan | None, float | None]:
+    """The swap due ``now`` (None when none is), and else the monotonic time at which one may become due
+    with no other change (None: only a change can make one due)."""
+    # 1. the next model: the unloaded one with the oldest queued request
+    queued = [model for model in models if model.waiting and not model.is_loaded]
+    if not queued:
+        return None, None
+    model = min(queued, key=lambda queued_model: queued_model.waiting[0])
+    # 2. room: load at once
+    loaded = [other for other in models if other.is_loaded]
+    if len(loaded) < max_loaded:
+        return SwapPlan(model, None), None
+    # 3. a drained model makes room at once, the least recently used first
+    drained = [other for other in loaded if other.num_in_use == 0 and not other.waiting]
+    if drained:
+        return SwapPlan(model, min(drained, key=lambda other: other.last_used)), None
+    # 4. else the bounded wait, and the residency of the model that would yield
+    forced_at = model.waiting[0] + timing.max_wait
+    due, victim = min(
+        ((max(forced_at, other.loaded_at + timing.min_residency), other) for other in loaded),
+        key=lambda item: (item[0], item[1].last_used),
+    )
+    if now >= due:
+        return SwapPlan(model, victim), None
+    return None, due
