@@ -59,7 +59,7 @@ ENGINE_HELP = {
     "max_model_len": "longest input in tokens (default: the model's)",
     "max_num_batched_tokens": "tokens in one forward pass: an int, or auto (memory-profiled)",
     "max_num_seqs": "sequences in one forward pass",
-    "attention_backend": "torch_sdpa, naive, flash_attn, torch_varlen, xformers, varlen_cpu (auto: the platform's best available)",
+    "attention_backend": "varlen_cpu, torch_sdpa, naive, flash_attn, torch_varlen, xformers (auto: the best)",
     "executor": "sync (inline) or async (forward on a worker thread); auto: the platform's choice",
     "truncate": "cut over-long inputs to max_model_len unless a request says otherwise",
     "pooling": "override the model's pooling method",
