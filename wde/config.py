@@ -197,10 +197,17 @@ class ModelConfig:
     multi_vector: MultiVectorConfig | None = None
     # tokens the tokenizer must keep whole (a PyLate ColBERT's [unused0] query prefix): added as special
     added_special_tokens: tuple[str, ...] = ()
+    # rows of the position table no token can use (the family's ``WdeModel.reserved_positions``)
+    num_reserved_positions: int = 0
 
     @property
     def max_position_embeddings(self) -> int:
         return int(self.hf_config.get("max_position_embeddings", 512))
+
+    @property
+    def max_positions(self) -> int:
+        """The longest input the position table allows."""
+        return max_positions(self.hf_config, self.num_reserved_positions)
 
     @property
     def vocab_size(self) -> int:
@@ -231,7 +238,7 @@ class ModelConfig:
             raise ValueError(f"task {self.task!r} is not one of {TASK_NAMES[1:]}")
         if self.max_model_len < 1:
             raise ValueError(f"max_model_len ({self.max_model_len}) must be >= 1")
-        limit = max_positions(self.hf_config)
+        limit = self.max_positions
         if self.max_model_len > limit:
             raise ValueError(
                 f"max_model_len ({self.max_model_len}) is larger than the model's position table "
@@ -377,12 +384,10 @@ class EngineConfig:
             )
 
 
-def max_positions(hf_config: dict[str, Any]) -> int:
-    """Usable positions: XLM-RoBERTa style models (and MPNet) reserve padding_idx + 1 slots of the table."""
-    num_positions = int(hf_config.get("max_position_embeddings", 512))
-    if hf_config.get("model_type") in ("xlm-roberta", "roberta", "camembert", "mpnet"):
-        num_positions -= int(hf_config.get("pad_token_id", 1)) + 1
-    return num_positions
+def max_positions(hf_config: dict[str, Any], num_reserved_positions: int = 0) -> int:
+    """Usable positions: the table's rows less those the family reserves (``WdeModel.reserved_positions``:
+    XLM-RoBERTa style models and MPNet reserve padding_idx + 1)."""
+    return int(hf_config.get("max_position_embeddings", 512)) - num_reserved_positions
 
 
 def config_value(hf_config: dict[str, Any], *names: str) -> Any:

@@ -40,17 +40,20 @@ class GPUModelRunner(ModelRunnerBase):
         device_config = self.engine_config.device_config
         if device_config.cuda_graph_mode == "none":
             return
-        if self.model is not None and not self.model.supports_cuda_graphs:
+        model, backend = self.model, self.attn_backend_cls
+        if model is None or backend is None:
+            raise RuntimeError("capture_model() runs after load_model()")
+        if not model.supports_cuda_graphs:
             logger.info(
                 "cuda graphs off: %s lays its batch out from host-side lengths; running eagerly",
                 self.model_config.architecture,
             )
             return
-        if not self.attn_backend_cls.supports_cuda_graphs:
+        if not backend.supports_cuda_graphs:
             logger.info(
                 "cuda graphs off: attention backend %s builds per-batch metadata on the host "
                 "(graphs need flash_attn or torch_varlen); running eagerly",
-                self.attn_backend_cls.name,
+                backend.name,
             )
             return
         if self.budget is None:

@@ -17,6 +17,7 @@ from wde.layers.attention.selector import select_attention_backend
 from wde.layers.attention.spec import AttentionSpec
 from wde.layers.forward_context import set_forward_context
 from wde.layers.pooler.poolers import POOLERS, Pooler
+from wde.models.interface import WdeModel
 from wde.models.loader import load_model
 from wde.platforms import Platform, get_platform
 from wde.request import Request
@@ -45,7 +46,7 @@ class ModelRunnerBase:
         # The attention backend class is chosen at load, from the specs of the model's layers.
         self.attn_backend_cls: type[AttentionBackend] | None = None
         self.skipped_backends: dict[str, str] = {}
-        self.model: torch.nn.Module | None = None
+        self.model: WdeModel | None = None
         self.pooler: Pooler | None = None
         self.weight_bytes = 0
         self.memory_profile: MemoryProfile | None = None
@@ -62,13 +63,13 @@ class ModelRunnerBase:
         start = time.perf_counter()
         self.model = load_model(self.model_config, self._choose_backend, self.device, self.dtype)
         if self.engine_config.device_config.compile_model:
-            if not hasattr(self.model, "compile_blocks"):
+            if not self.model.supports_compile_blocks:
                 raise ValueError(
                     f"compile_model is not supported for {self.model_config.architecture}; "
                     "leave --compile-model off"
                 )
             self.model.compile_blocks()  # compiled on the first batches (the profile run warms it up)
-        elif self.model_config.quantization is not None and hasattr(self.model, "compile_blocks"):
+        elif self.model_config.quantization is not None and self.model.supports_compile_blocks:
             # int8 blocks gain most when the activation is fused with the next layer's quantization
             self.model.compile_blocks()
         # weights: parameters, and the buffers that quantized layers keep their weights in
