@@ -192,8 +192,8 @@ def _validation_message(error: RequestValidationError) -> tuple[str, str | None]
             location, message = "", f"the body is not valid JSON ({reason}); send a JSON object"
         elif kind == "extra_forbidden":
             message = "is not a field of this request; remove it"
-        elif kind == "unknown_fields":  # --strict-request-fields: the message names the fields
-            pass
+        elif kind == "unknown_fields" and not location:  # --strict-request-fields: the message names them
+            params.append(str((item.get("ctx") or {}).get("fields", "")).split(", ")[0])
         elif kind == "missing" and not location:
             message = "the request body is missing; send a JSON object"
         elif not location:  # the body parsed, but is not an object (or was not sent as JSON)

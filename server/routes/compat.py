@@ -3,8 +3,9 @@
 Every huggingface_hub-based client posts here (``InferenceClient(model=URL).feature_extraction``,
 LlamaIndex's and Haystack's HF-API embedders, litellm's ``huggingface/`` embeddings). An embedding model
 embeds (``{"inputs"}`` as ``/embed``, or as ``/embed_sparse`` for a SPLADE model, as TEI does;
-``{"input"}`` as ``/v1/embeddings``); a cross-encoder or classifier reranks (``{"query", "texts" |
-"documents"}`` as ``/rerank``) or predicts (``{"inputs"}`` as ``/predict``).
+``{"input"}`` as ``/v1/embeddings``; ``{"inputs": {"source_sentence", "sentences"}}`` as ``/similarity``,
+what ``InferenceClient.sentence_similarity`` sends); a cross-encoder or classifier reranks (``{"query",
+"texts" | "documents"}`` as ``/rerank``) or predicts (``{"inputs"}`` as ``/predict``).
 """
 
 from __future__ import annotations
@@ -25,9 +26,10 @@ from server.protocol import (
     EmbedSparseRequest,
     PredictRequest,
     RerankRequest,
+    SimilarityRequest,
 )
 from server.responses import ORJSONResponse
-from server.routes import embed, embed_all, embed_sparse, openai, predict, rerank
+from server.routes import embed, embed_all, embed_sparse, openai, predict, rerank, similarity
 from wde.config import ModelConfig
 from wde.entrypoints.engine_thread import EngineUnavailableError
 
@@ -39,9 +41,11 @@ _RERANK = TypeAdapter(AnyRerankRequest)
 _PREDICT = TypeAdapter(PredictRequest)
 _SPARSE = TypeAdapter(EmbedSparseRequest)
 _ALL = TypeAdapter(EmbedAllRequest)
+_SIMILARITY = TypeAdapter(SimilarityRequest)
 DESCRIPTION = (
     "An embedding model: the body of POST /embed, or of POST /embed_sparse for a SPLADE model, or of "
-    "POST /embed_all for a ColBERT model (or of POST /v1/embeddings, with `input`). A cross-encoder or "
+    "POST /embed_all for a ColBERT model (or of POST /v1/embeddings, with `input`; of POST /similarity, "
+    "with `inputs` {source_sentence, sentences}). A cross-encoder or "
     "classifier: the body of POST /rerank (with `query`) or of POST /predict."
 )
 # the TEI route and body of an embedding model's own (first) output kind
@@ -52,7 +56,8 @@ def root_bodies(model_config: ModelConfig) -> tuple[str, ...]:
     """The request models POST / takes for this model (as dispatched below; /openapi.json documents them)."""
     if model_config.task == "score":
         return (RerankRequest.__name__, CohereRerankRequest.__name__, PredictRequest.__name__)
-    return (_INPUTS_BODIES[model_config.outputs[0]].__name__, EmbeddingRequest.__name__)
+    bodies = (_INPUTS_BODIES[model_config.outputs[0]].__name__, EmbeddingRequest.__name__)
+    return (*bodies, SimilarityRequest.__name__) if "dense" in model_config.outputs else bodies
 
 
 @router.post("/", response_class=ORJSONResponse, description=DESCRIPTION)
@@ -64,6 +69,8 @@ async def compat(request: Request, body: dict[str, Any] = Body(...)) -> ORJSONRe
     if model_config is None:  # still loading
         raise EngineUnavailableError("the model is loading; retry when GET /health answers 200")
     if model_config.task == "embed":
+        if isinstance(body.get("inputs"), dict):  # the Hub's sentence-similarity task (InferenceClient)
+            return await similarity.similarity(validate_body(_SIMILARITY, body), request)
         if "input" in body:
             return await openai.create_embeddings(validate_body(_OPENAI, body), request)
         if model_config.outputs[0] == "sparse":
