@@ -1,8 +1,8 @@
 """What a model directory must hold before anything loads: weights and tokenizer files.
 
-Checked when the engine config is made (``EngineArgs.create_engine_config``), so ``wde serve`` refuses a
-folder in one line before it binds a port or loads a tensor, and ``LLM(path)`` fails before the model is
-built. Plain file checks: no torch, no tokenizer import.
+Checked when the model directory is read (``read_model_info``, for the engine config), so ``wde serve``
+refuses a folder in one line before it binds a port or loads a tensor, and ``LLM(path)`` fails before the
+model is built. Plain file checks: no torch, no tokenizer import.
 """
 
 from __future__ import annotations

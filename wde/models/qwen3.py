@@ -211,7 +211,7 @@ class Qwen3ForCausalLM(Qwen3Model):
     Task "embed" (the default: Qwen3-Embedding) ignores the lm_head. Task "score" (Qwen3-Reranker) formats
     each (query, document) pair with ``pair_template`` and scores it with the last position's logits of
     ``score_tokens``: sigmoid(logit("yes") - logit("no")) = softmax over ("no", "yes"), the model card's
-    score. Only those two rows of the lm_head are kept (``score_token_ids``, resolved by EngineArgs).
+    score. Only those two rows of the lm_head are kept (``score_token_ids``, resolved by ``read_model_info``).
     """
 
     supported_tasks = ("embed", "score")
