@@ -116,6 +116,14 @@ def build_parser() -> argparse.ArgumentParser:
         help="threads of every system: torch intra-op threads here, and the st-* peers' (default: torch's)",
     )
     parser.add_argument("--executor", default="auto", choices=["auto", "sync", "async"])
+    parser.add_argument(
+        "--attention-backend",
+        action="append",
+        default=None,
+        help="one wde row per value (repeatable, times each quantization; default: auto), e.g. "
+        "--attention-backend varlen_cpu --attention-backend torch_sdpa; the last lines then give the min "
+        "cosine between the first wde row and each other",
+    )
     parser.add_argument("--max-num-batched-tokens", type=int, default=None)
     parser.add_argument("--compile", action="store_true", help="torch.compile wde's MLP blocks")
     parser.add_argument(
@@ -148,6 +156,7 @@ def check_args(parser: argparse.ArgumentParser, args: argparse.Namespace) -> Non
     """Refuse, before loading anything, what cannot run: missing peer venvs, st-* peers in bfloat16, an int8
     wde row on a wde without the quantization argument, an ONNX int8 peer on a CPU no config fits."""
     args.quantization = list(dict.fromkeys(args.quantization or ["none"]))
+    args.attention_backend = list(dict.fromkeys(args.attention_backend or ["auto"]))
     args.peer = list(dict.fromkeys(args.peer))
     if missing_peers := peers.missing(args.peer):
         parser.error("\n".join(missing_peers))
@@ -172,9 +181,9 @@ def wde_has_quantization() -> bool:
     return "quantization" in EngineArgs.field_names()
 
 
-def build_llm(model_path: str, args: argparse.Namespace, quantization: str) -> Any:
-    """wde's LLM for one --quantization value; the argument is passed only when not none, so that a wde
-    without it still runs the none row."""
+def build_llm(model_path: str, args: argparse.Namespace, quantization: str, attention_backend: str) -> Any:
+    """wde's LLM for one --quantization and --attention-backend value; quantization is passed only when not
+    none, so that a wde without it still runs the none row."""
     from wde import LLM
 
     extra = {} if quantization == "none" else {"quantization": quantization}
@@ -184,12 +193,14 @@ def build_llm(model_path: str, args: argparse.Namespace, quantization: str) -> A
         executor=args.executor,
         max_num_batched_tokens=args.max_num_batched_tokens,
         compile_model=args.compile,
+        attention_backend=attention_backend,
         **extra,
     )
 
 
-def wde_label(dtype: str, quantization: str) -> str:
-    return f"wde LLM.encode {dtype}" + ("" if quantization == "none" else f" {quantization}")
+def wde_label(dtype: str, quantization: str, attention_backend: str = "auto") -> str:
+    label = f"wde LLM.encode {dtype}" + ("" if quantization == "none" else f" {quantization}")
+    return label + ("" if attention_backend == "auto" else f" [{attention_backend}]")
 
 
 def read_rerank(path: str, limit: int | None) -> RerankSet | None:
@@ -247,7 +258,11 @@ def main(argv: list[str] | None = None) -> None:
     texts = load_texts(args.data, args.limit)
     calibration_set = calibration(parser, args, texts)
 
-    llms = {quantization: build_llm(model_path, args, quantization) for quantization in args.quantization}
+    llms = {
+        (quantization, backend): build_llm(model_path, args, quantization, backend)
+        for quantization in args.quantization
+        for backend in args.attention_backend
+    }
     llm = next(iter(llms.values()))
     seq_lens = [len(enc.token_ids) for enc in llm.engine.tokenizer.encode_batch(texts)]
     num_tokens, flops = sum(seq_lens), encoder_flops(llm.model_config.hf_config, seq_lens)
@@ -285,10 +300,10 @@ def main(argv: list[str] | None = None) -> None:
                 texts,
             )
         )
-    for quantization, engine in llms.items():
+    for (quantization, backend), engine in llms.items():
         systems.append(
             InProcessSystem(
-                wde_label(args.dtype, quantization),
+                wde_label(args.dtype, quantization, backend),
                 args.dtype,
                 lambda batch, engine=engine: np.stack([o.embedding for o in engine.encode(batch)]),
                 texts,
@@ -338,6 +353,10 @@ def main(argv: list[str] | None = None) -> None:
                 f"{system.label} against sentence-transformers float32: min cosine {cosine.min_cosine:.7f}, "
                 f"max abs diff {np.abs(ours - reference).max():.2e}"
             )
+    wde_systems = [system for system in systems if system.label.startswith("wde ")]
+    for other in wde_systems[1:]:
+        cosine = quality(other.last_embeddings(), wde_systems[0].last_embeddings())
+        print(f"{other.label} against {wde_systems[0].label}: min cosine {cosine.min_cosine:.7f}")
 
 
 if __name__ == "__main__":
