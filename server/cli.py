@@ -24,19 +24,8 @@ from typing import Any
 
 from server.ray_serve.flags import add_ray_serve_flags
 from server.settings import ServerSettings
-from wde.config import (
-    CUDA_GRAPH_MODE_NAMES,
-    DEVICE_NAMES,
-    DTYPE_NAMES,
-    EXECUTOR_NAMES,
-    LONG_INPUT_MODE_NAMES,
-    PAIR_TRUNCATION_NAMES,
-    POOLING_METHOD_NAMES,
-    QUANTIZATION_NAMES,
-    SCORE_ACTIVATION_NAMES,
-    TASK_NAMES,
-)
 from wde.engine_args import EngineArgs
+from wde.flag_field import flag_choices, flag_help
 
 ENV_PREFIX = "WDE_"
 # `wde bench` runs the top-level benchmarks package of a source checkout (the server images leave it out)
@@ -45,76 +34,7 @@ NO_BENCHMARKS = (
     '(pip install -c constraints.txt -e ".[server,bench]")'
 )
 
-ENGINE_HELP = {
-    "model": "a local HF-layout model directory, or a Hub id ORG/NAME fetched into the Hugging Face cache "
-    "(HF_HOME / HF_HUB_CACHE; HF_HUB_OFFLINE=1: from the cache only) (default: the bundled "
-    "sentence-transformers/all-MiniLM-L6-v2)",
-    "tokenizer": "tokenizer directory (default: the model's)",
-    "revision": "a Hub model's branch, tag or commit (default: main)",
-    "hf_token_file": "read the Hub access token (gated or private models) from this file (default: HF_TOKEN)",
-    "served_model_name": "the name /v1/models and /info report, and /v1/embeddings accepts",
-    "task": "embed or score (default: the model's first task)",
-    "dtype": "auto = float32 on CPU, float16 on CUDA",
-    "device": "cpu or cuda (auto: cuda when available)",
-    "max_model_len": "longest input in tokens (default: the model's)",
-    "max_num_batched_tokens": "tokens in one forward pass: an int, or auto (memory-profiled)",
-    "max_num_seqs": "sequences in one forward pass",
-    "attention_backend": "varlen_cpu, torch_sdpa, naive, flash_attn, torch_varlen, xformers (auto: the best)",
-    "executor": "sync (inline) or async (forward on a worker thread); auto: the platform's choice",
-    "truncate": "cut over-long inputs to max_model_len unless a request says otherwise",
-    "pooling": "override the model's pooling method",
-    "normalize": "override the model's default L2 normalization",
-    "gpu_memory_utilization": "share of device memory an 'auto' token budget may fill",
-    "cuda_graph_mode": "CUDA graph capture policy (CUDA only)",
-    "cuda_graph_buckets": "padded token counts to capture as CUDA graphs (CUDA only)",
-    "score_activation": "cross-encoders: the activation of the scores (default: the model's)",
-    "pair_truncation": "cross-encoders: longest_first, or only_second to keep the query whole",
-    "compile_model": "torch.compile each layer's MLP block: slower start-up, faster batches",
-    "quantization": "int8: int8 weights and per-token int8 activations in every block's linear layers "
-    "(CPU, float32; ~2x faster, mean cosine ~0.998 to float32 on all-MiniLM-L6-v2)",
-    "score_instruction": "LLM rerankers (Qwen3-Reranker): the prompt template's instruction for requests "
-    "that name none",
-    "long_input": "an input over max_model_len unless a request says otherwise: truncate, error, or chunk "
-    "(windows of max_model_len, aggregated; default: truncate, or error with --no-truncate)",
-    "long_input_overlap": "tokens each chunk window shares with the previous one",
-    "cache_size": "MiB of finished outputs kept for identical inputs (LRU; in-request duplicates run once); "
-    "0: off",
-    "calibration_file": 'a .jsonl (its "text" fields) or .txt of ~1,000 texts like the ones you embed: '
-    "the ranges of int8 / uint8 outputs (precision), as sentence-transformers' quantize_embeddings",
-}
-ENGINE_CHOICES: dict[str, Sequence[str]] = {
-    "task": TASK_NAMES,
-    "dtype": DTYPE_NAMES,
-    "device": DEVICE_NAMES,
-    "executor": ("auto", *EXECUTOR_NAMES),
-    "pooling": POOLING_METHOD_NAMES,
-    "score_activation": SCORE_ACTIVATION_NAMES,
-    "pair_truncation": PAIR_TRUNCATION_NAMES,
-    "cuda_graph_mode": CUDA_GRAPH_MODE_NAMES,
-    "quantization": QUANTIZATION_NAMES,
-    "long_input": LONG_INPUT_MODE_NAMES,
-}
-SERVER_HELP = {
-    "otel": "OpenTelemetry traces (a span per request; exporter from OTEL_*); unset: on when OTEL_* "
-    "configures a trace exporter",
-    "api_key": "require 'Authorization: Bearer <key>' (all routes but /health, /metrics); prefer WDE_API_KEY",
-    "api_key_file": "read the API key from this file (whitespace stripped); unlike --api-key, not seen in ps",
-    "payload_limit": "largest request body in bytes (413 above)",
-    "max_client_batch_size": "most inputs in one request (413 above)",
-    "max_concurrent_requests": "requests in flight; more are answered 429 at once",
-    "retry_after_seconds": "the Retry-After header of 429 / 503 answers",
-    "strict_model_name": "answer 404 to requests naming another model than --served-model-name",
-    "strict_request_fields": "answer 422 to body fields a route does not know (default: ignore them, as TEI "
-    "and vLLM do, and name them in the x-wde-ignored-fields header)",
-    "access_log": "log one line per request (method, route, status, duration, inputs, tokens)",
-    "exit_on_engine_failure": "exit 1 (within --graceful-timeout) when the engine dies, for a restart",
-    "max_batch_seconds": "/health answers 503 while one forward pass runs longer (a wedged engine)",
-    "body_read_timeout": "seconds to receive a request body; slower clients get 408 and are disconnected",
-    "header_read_timeout": "seconds to receive the request line and headers (408 and disconnected after)",
-    "max_header_bytes": "largest request line + headers in bytes (431 above)",
-    "keep_alive_timeout": "seconds an idle keep-alive connection stays open",
-    "cors_allow_origins": "browser origins allowed to call the API (CORS): https://app.example, or * for any",
-}
+LOG_LEVELS = ("critical", "error", "warning", "info", "debug")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -166,7 +86,8 @@ def build_parser() -> argparse.ArgumentParser:
         "model",
         nargs="*",
         default=[],
-        help=ENGINE_HELP["model"] + "; several: one server for them all (the request's model picks one)",
+        help=f"{field_help(EngineArgs, 'model')}; several: one server for them all (the request's model "
+        "picks one)",
     )
     engine_group.add_argument(  # TEI's flag (and its MODEL_ID environment variable), for drop-in configs
         "--model-id", action="append", default=[], help="the same as MODEL: TEI's flag; MODEL_ID is read too"
@@ -177,11 +98,11 @@ def build_parser() -> argparse.ArgumentParser:
         help="a YAML file of models to serve, each with its own engine flags and served name (README "
         "'Several models')",
     )
-    _add_dataclass_flags(engine_group, EngineArgs, ENGINE_HELP, ENGINE_CHOICES, skip={"model"})
-    # 2. server flags
+    _add_dataclass_flags(engine_group, EngineArgs, skip=frozenset({"model"}))
+    # 2. server flags: the listener's, then the ServerSettings fields
     server_group = serve_parser.add_argument_group("server")
     server_group.add_argument("--host", default="127.0.0.1", help="address to listen on (0.0.0.0: all)")
-    server_group.add_argument("--port", type=int, default=8000)
+    server_group.add_argument("--port", type=int, default=8000, help="TCP port to listen on")
     server_group.add_argument(
         "--graceful-timeout",
         type=float,
@@ -189,9 +110,9 @@ def build_parser() -> argparse.ArgumentParser:
         help="on SIGTERM, seconds to let in-flight requests finish before cancelling them",
     )
     server_group.add_argument(
-        "--log-level", default="info", choices=["critical", "error", "warning", "info", "debug"]
+        "--log-level", default="info", choices=LOG_LEVELS, help="the server's log level (uvicorn's too)"
     )
-    _add_dataclass_flags(server_group, ServerSettings, SERVER_HELP, {}, skip=set())
+    _add_dataclass_flags(server_group, ServerSettings)
     add_ray_serve_flags(serve_parser.add_argument_group("ray serve"))
     # 3. WDE_<FLAG> environment variables become the defaults
     _apply_environment(serve_parser)
@@ -225,7 +146,7 @@ def _add_embed_parser(commands: Any) -> None:
     job.add_argument(
         "--progress", action=argparse.BooleanOptionalAction, default=True, help="progress on stderr"
     )
-    job.add_argument("--log-level", default="info", choices=["critical", "error", "warning", "info", "debug"])
+    job.add_argument("--log-level", default="info", choices=LOG_LEVELS, help="the log level")
     ray_group = embed_parser.add_argument_group("ray")
     ray_group.add_argument(
         "--ray", action="store_true", help="run on Ray Data (the cluster of RAY_ADDRESS, else a local one)"
@@ -237,8 +158,10 @@ def _add_embed_parser(commands: Any) -> None:
         "--cpus-per-actor", type=float, default=1.0, help="CPUs (torch threads) per engine"
     )
     engine_group = embed_parser.add_argument_group("engine")
-    engine_group.add_argument("--model", "--model-id", dest="model", default=None, help=ENGINE_HELP["model"])
-    _add_dataclass_flags(engine_group, EngineArgs, ENGINE_HELP, ENGINE_CHOICES, skip={"model"})
+    engine_group.add_argument(
+        "--model", "--model-id", dest="model", default=None, help=field_help(EngineArgs, "model")
+    )
+    _add_dataclass_flags(engine_group, EngineArgs, skip=frozenset({"model"}))
     _apply_environment(embed_parser)
 
 
@@ -340,13 +263,16 @@ def _startup_error(message: str) -> int:
     return 2
 
 
-def _add_dataclass_flags(
-    group: Any,
-    cls: type,
-    helps: dict[str, str],
-    choices: dict[str, Sequence[str]],
-    skip: set[str],
-) -> None:
+def field_help(cls: type, name: str) -> str:
+    """The help of ``cls``'s field ``name`` (``wde.flag_field.flag``)."""
+    help_text = flag_help(next(field for field in fields(cls) if field.name == name))
+    if help_text is None:
+        raise ValueError(f"{cls.__name__}.{name} has no help: declare it with wde.flag_field.flag(...)")
+    return help_text
+
+
+def _add_dataclass_flags(group: Any, cls: type, skip: frozenset[str] = frozenset()) -> None:
+    """One --flag per field of ``cls``, its help and choices read from the field (``flag``)."""
     hints = typing.get_type_hints(cls)
     for field in fields(cls):
         if field.name in skip:
@@ -354,14 +280,11 @@ def _add_dataclass_flags(
         flag = "--" + field.name.replace("_", "-")
         default = None if field.default is MISSING else field.default
         spec = _argparse_spec(hints[field.name])
+        help_text = field_help(cls, field.name)
         if spec.get("type") is bool:
-            group.add_argument(
-                flag, action=argparse.BooleanOptionalAction, default=default, help=helps.get(field.name)
-            )
+            group.add_argument(flag, action=argparse.BooleanOptionalAction, default=default, help=help_text)
         else:
-            group.add_argument(
-                flag, default=default, choices=choices.get(field.name), help=helps.get(field.name), **spec
-            )
+            group.add_argument(flag, default=default, choices=flag_choices(field), help=help_text, **spec)
 
 
 def _argparse_spec(hint: Any) -> dict[str, Any]:

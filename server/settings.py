@@ -6,6 +6,8 @@ import importlib.util
 from dataclasses import dataclass, fields, replace
 from pathlib import Path
 
+from wde.flag_field import flag
+
 # Defaults: TEI's payload limit (2 MB) and max concurrent requests (512). TEI caps a client batch at 32
 # inputs; we allow 2048 so that batching clients keep working (LangChain's OpenAIEmbeddings sends 1,000
 # texts per request by default; the payload limit still bounds the bytes).
@@ -19,37 +21,85 @@ DEFAULT_MAX_TOKENIZE_TOKENS = 131_072
 
 @dataclass
 class ServerSettings:
-    api_key: str | None = None  # when set, every route but /health and /metrics needs "Bearer <key>"
-    api_key_file: str | None = None  # a file holding the key (unlike --api-key, not visible in `ps`)
-    payload_limit: int = DEFAULT_PAYLOAD_LIMIT  # bytes of one request body
-    max_client_batch_size: int = DEFAULT_MAX_CLIENT_BATCH_SIZE  # inputs in one request
-    # tokens one /tokenize request answers, its inputs together (~70 bytes of JSON each); more get 422
-    max_tokenize_tokens: int = DEFAULT_MAX_TOKENIZE_TOKENS
-    max_concurrent_requests: int = DEFAULT_MAX_CONCURRENT_REQUESTS  # in flight; more get 429 at once
-    retry_after_seconds: int = 1  # the Retry-After of 429 / 503 answers
-    strict_model_name: bool = False  # 404 for a request naming another model (default: any name is served)
-    # 422 for a body with fields its route does not know (default: ignored, as TEI and vLLM do; logged at
-    # debug and listed in the x-wde-ignored-fields response header)
-    strict_request_fields: bool = False
-    access_log: bool = True  # one INFO line per request (wde.access)
-    exit_on_engine_failure: bool = True  # a dead engine stops the server: exit 1 for a supervisor
-    max_batch_seconds: float = 300.0  # a forward pass running longer makes /health 503 (wedged)
-    body_read_timeout: float = 30.0  # seconds to receive a body; slower gets 408 and is closed
-    header_read_timeout: float = 10.0  # seconds to receive the request line and headers (408)
-    max_header_bytes: int = 65536  # request line + headers; larger gets 431
-    keep_alive_timeout: float = 5.0  # seconds an idle keep-alive connection stays open
-    cors_allow_origins: list[str] | None = None  # browser origins allowed (CORS; "*": any); off when unset
-    batch_dir: str = "~/.cache/wde/batches"  # the Batch API's files and batches, kept across restarts
-    batch_lines_in_flight: int = 16  # lines of a running batch in the engine at once (a window, not all)
-    # several models: at most this many loaded at once; swaps go by queue (server/swap_policy.py)
-    max_loaded_models: int | None = None
-    # seconds a request for an unloaded model waits while the loaded ones still have requests, before the
-    # least recently used is made to finish its requests and unload (--max-loaded-models)
-    max_swap_wait: float = 2.0
-    # seconds a model that just loaded keeps serving its requests before a queued model can evict it
-    min_model_residency: float = 1.0
-    # OpenTelemetry traces (the otel extra): on / off; unset: on when OTEL_* configures an exporter
-    otel: bool | None = None
+    api_key: str | None = flag(
+        None,
+        help="require 'Authorization: Bearer <key>' (all routes but /health, /metrics); prefer WDE_API_KEY",
+    )
+    api_key_file: str | None = flag(
+        None, help="read the API key from this file (whitespace stripped); unlike --api-key, not seen in ps"
+    )
+    payload_limit: int = flag(DEFAULT_PAYLOAD_LIMIT, help="largest request body in bytes (413 above)")
+    max_client_batch_size: int = flag(
+        DEFAULT_MAX_CLIENT_BATCH_SIZE, help="most inputs in one request (413 above)"
+    )
+    max_tokenize_tokens: int = flag(
+        DEFAULT_MAX_TOKENIZE_TOKENS,
+        help="tokens one /tokenize request answers, its inputs together (~70 bytes of JSON each); more: 422",
+    )
+    max_concurrent_requests: int = flag(
+        DEFAULT_MAX_CONCURRENT_REQUESTS, help="requests in flight; more are answered 429 at once"
+    )
+    retry_after_seconds: int = flag(1, help="the Retry-After header of 429 / 503 answers")
+    strict_model_name: bool = flag(
+        False,
+        help="answer 404 to requests naming another model than --served-model-name (default: a server of one "
+        "model answers any name, as TEI does)",
+    )
+    strict_request_fields: bool = flag(
+        False,
+        help="answer 422 to body fields a route does not know (default: ignore them, as TEI and vLLM do, and "
+        "name them in the x-wde-ignored-fields header)",
+    )
+    access_log: bool = flag(
+        True, help="log one line per request (method, route, status, duration, inputs, tokens; wde.access)"
+    )
+    exit_on_engine_failure: bool = flag(
+        True, help="exit 1 (within --graceful-timeout) when the engine dies, for a supervisor to restart it"
+    )
+    max_batch_seconds: float = flag(
+        300.0, help="/health answers 503 while one forward pass runs longer (a wedged engine)"
+    )
+    body_read_timeout: float = flag(
+        30.0, help="seconds to receive a request body; slower clients get 408 and are disconnected"
+    )
+    header_read_timeout: float = flag(
+        10.0, help="seconds to receive the request line and headers (408 and disconnected after)"
+    )
+    max_header_bytes: int = flag(65536, help="largest request line + headers in bytes (431 above)")
+    keep_alive_timeout: float = flag(5.0, help="seconds an idle keep-alive connection stays open")
+    cors_allow_origins: list[str] | None = flag(
+        None,
+        help="browser origins allowed to call the API (CORS): https://app.example, or * for any (unset: off)",
+    )
+    batch_dir: str = flag(
+        "~/.cache/wde/batches",
+        help="the Batch API's folder: uploaded files, batches and their outputs, kept across restarts (one "
+        "server per folder; unwritable: the Batch API is off)",
+    )
+    batch_lines_in_flight: int = flag(
+        16,
+        help="lines of a running batch in the engine at once (a window that keeps interactive requests "
+        "first, not the whole file)",
+    )
+    max_loaded_models: int | None = flag(
+        None,
+        help="several models: at most this many loaded at once; a request for another waits while the least "
+        "recently used one finishes its requests and unloads (swaps go by queue: server/swap_policy.py)",
+    )
+    max_swap_wait: float = flag(
+        2.0,
+        help="seconds a request for an unloaded model waits while the loaded ones still have requests, "
+        "before the least recently used is made to finish its requests and unload (--max-loaded-models)",
+    )
+    min_model_residency: float = flag(
+        1.0,
+        help="seconds a model that just loaded keeps serving its requests before a queued model can evict it",
+    )
+    otel: bool | None = flag(
+        None,
+        help="OpenTelemetry traces (a span per request; exporter from OTEL_*; pip install 'wde[otel]'); "
+        "unset: on when OTEL_* configures a trace exporter",
+    )
 
     @classmethod
     def field_names(cls) -> list[str]:

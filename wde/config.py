@@ -327,15 +327,15 @@ class SchedulerConfig:
 
 @dataclass
 class DeviceConfig:
-    device: str
+    """The resolved device knobs; each means what the ``EngineArgs`` field of its name says (its help)."""
+
+    device: str  # "cpu" or "cuda" ("auto" resolved)
     attention_backend: str = "auto"
-    executor: str = "sync"
-    # Share of device memory (host memory on CPU) that weights + activations may use with an "auto" budget.
-    # Encoders are small: the default leaves most of a GPU to other work.
-    gpu_memory_utilization: float = 0.3
+    executor: str = "sync"  # resolved: "auto" is the platform's choice
+    gpu_memory_utilization: float = 0.3  # the default leaves most of a GPU to other work
     cuda_graph_mode: str = "lazy"
     cuda_graph_buckets: list[int] | None = None  # None: powers of two from 256 up to the token budget
-    compile_model: bool = False  # torch.compile the token-wise blocks (costs start-up time)
+    compile_model: bool = False
 
     def verify(self) -> None:
         if not 0 < self.gpu_memory_utilization <= 1:

@@ -8,7 +8,24 @@ import logging
 from dataclasses import dataclass, fields
 from pathlib import Path
 
-from wde.config import DeviceConfig, EngineConfig, ModelConfig, SchedulerConfig
+from wde.config import (
+    ATTENTION_BACKEND_NAMES,
+    CUDA_GRAPH_MODE_NAMES,
+    DEVICE_NAMES,
+    DTYPE_NAMES,
+    EXECUTOR_NAMES,
+    LONG_INPUT_MODE_NAMES,
+    PAIR_TRUNCATION_NAMES,
+    POOLING_METHOD_NAMES,
+    QUANTIZATION_NAMES,
+    SCORE_ACTIVATION_NAMES,
+    TASK_NAMES,
+    DeviceConfig,
+    EngineConfig,
+    ModelConfig,
+    SchedulerConfig,
+)
+from wde.flag_field import flag
 
 logger = logging.getLogger(__name__)
 
@@ -24,38 +41,111 @@ def default_model_path() -> str:
 
 @dataclass
 class EngineArgs:
-    model: str | None = None
-    tokenizer: str | None = None
-    revision: str | None = None  # a Hub model's (ORG/NAME) branch, tag or commit (default: main)
-    hf_token_file: str | None = None  # a file holding the Hub access token (default: HF_TOKEN)
-    served_model_name: str | None = None
-    task: str = "auto"
-    dtype: str = "auto"
-    device: str = "auto"
-    max_model_len: int | None = None
-    max_num_batched_tokens: int | str | None = None  # an int, "auto" (profiled), or None (platform's)
-    max_num_seqs: int | None = None
-    attention_backend: str = "auto"
-    executor: str = "auto"  # sync | async | auto (the platform's choice)
-    gpu_memory_utilization: float = 0.3  # share of memory an "auto" token budget may fill
-    cuda_graph_mode: str = "lazy"  # none | eager | lazy | idle (CUDA only)
-    cuda_graph_buckets: list[int] | None = None  # padded token counts to capture (CUDA only)
-    compile_model: bool = False  # torch.compile each layer's MLP block (start-up cost, faster batches)
-    truncate: bool = True
-    pooling: str | None = None  # override the model's pooling method: cls, mean, max, last
-    normalize: bool | None = None  # override the model's default normalization
-    score_activation: str | None = None  # cross-encoders: sigmoid, softmax, tanh, identity (default: model's)
-    pair_truncation: str = "longest_first"  # cross-encoders: longest_first or only_second (keep the query)
-    score_instruction: str | None = None  # LLM rerankers (Qwen3-Reranker): the pair template's {instruction}
-    quantization: str | None = None  # "int8": int8 weights and activations in the blocks' linears (CPU)
-    # MiB of finished outputs kept for identical inputs (LRU; in-batch duplicates run once); 0: off
-    cache_size: float = 0.0
-    # texts (.jsonl "text" fields or .txt lines) whose embeddings set int8 / uint8 output ranges
-    calibration_file: str | None = None
-    # inputs over max_model_len by default: truncate / error / chunk (None: truncate, or error with
-    # truncate=False); chunk windows overlap by long_input_overlap tokens
-    long_input: str | None = None
-    long_input_overlap: int = 0
+    """Each field is one ``wde serve`` / ``wde embed`` flag (``--max-model-len``), described by its help here
+    (``flag``): the CLI, ``LLM(**kwargs)`` and models.yaml take the same names."""
+
+    model: str | None = flag(
+        None,
+        help="a local HF-layout model directory, or a Hub id ORG/NAME fetched into the Hugging Face cache "
+        "(HF_HOME / HF_HUB_CACHE; HF_HUB_OFFLINE=1: from the cache only) (default: the bundled "
+        "sentence-transformers/all-MiniLM-L6-v2)",
+    )
+    tokenizer: str | None = flag(None, help="tokenizer directory (default: the model's)")
+    revision: str | None = flag(None, help="a Hub model's branch, tag or commit (default: main)")
+    hf_token_file: str | None = flag(
+        None, help="read the Hub access token (gated or private models) from this file (default: HF_TOKEN)"
+    )
+    served_model_name: str | None = flag(
+        None, help="the name /v1/models and /info report, and /v1/embeddings accepts"
+    )
+    task: str = flag("auto", help="embed or score (auto: the model's first task)", choices=TASK_NAMES)
+    dtype: str = flag("auto", help="auto = float32 on CPU, float16 on CUDA", choices=DTYPE_NAMES)
+    device: str = flag("auto", help="cpu or cuda (auto: cuda when available)", choices=DEVICE_NAMES)
+    max_model_len: int | None = flag(
+        None,
+        help="longest input in tokens (default: the model's: sentence-transformers max_seq_length, else the "
+        "tokenizer's model_max_length, within the position table)",
+    )
+    max_num_batched_tokens: int | str | None = flag(
+        None,
+        help="tokens in one forward pass: an int, or auto (the profile run sizes it to "
+        "--gpu-memory-utilization); default: the platform's (2048 on CPU, auto on CUDA)",
+    )
+    max_num_seqs: int | None = flag(
+        None, help=f"sequences in one forward pass (default: {DEFAULT_MAX_NUM_SEQS})"
+    )
+    attention_backend: str = flag(
+        "auto",
+        help=f"one of {', '.join(ATTENTION_BACKEND_NAMES)} (auto: the platform's best available one that "
+        "runs the model's layers; the log says why the others were passed over)",
+    )
+    executor: str = flag(
+        "auto",
+        help="sync (inline) or async (forward on a worker thread); auto: the platform's choice (CPU sync, "
+        "CUDA async)",
+        choices=("auto", *EXECUTOR_NAMES),
+    )
+    gpu_memory_utilization: float = flag(
+        0.3,
+        help="share of device memory (host memory on CPU) weights + activations may use with an auto budget",
+    )
+    cuda_graph_mode: str = flag(
+        "lazy",
+        help="CUDA graphs over padded token-count buckets (CUDA only): none, eager (all at start-up), lazy "
+        "(largest at start-up, others on first use), idle (lazy + capture while idle)",
+        choices=CUDA_GRAPH_MODE_NAMES,
+    )
+    cuda_graph_buckets: list[int] | None = flag(
+        None,
+        help="padded token counts to capture as CUDA graphs (default: powers of two from 256 to the budget)",
+    )
+    compile_model: bool = flag(
+        False,
+        help="torch.compile each layer's token-wise work (BERT: the whole layer around the attention op; "
+        "others: the MLP block): slower start-up, measure whether batches get faster on your CPU/GPU",
+    )
+    truncate: bool = flag(True, help="cut over-long inputs to max_model_len unless a request says otherwise")
+    pooling: str | None = flag(None, help="override the model's pooling method", choices=POOLING_METHOD_NAMES)
+    normalize: bool | None = flag(None, help="override the model's default L2 normalization")
+    score_activation: str | None = flag(
+        None,
+        help="cross-encoders: the activation of the scores (default: the model's, as sentence-transformers "
+        "saved it; else sigmoid for one label, identity for several)",
+        choices=SCORE_ACTIVATION_NAMES,
+    )
+    pair_truncation: str = flag(
+        "longest_first",
+        help="cross-encoders: how an over-long pair is cut: longest_first, or only_second to keep the query "
+        "whole",
+        choices=PAIR_TRUNCATION_NAMES,
+    )
+    score_instruction: str | None = flag(
+        None,
+        help="LLM rerankers (Qwen3-Reranker): the prompt template's instruction for requests that name none",
+    )
+    quantization: str | None = flag(
+        None,
+        help="int8: int8 weights and per-token int8 activations in every block's linear layers (CPU, "
+        "float32; ~2x faster, mean cosine ~0.998 to float32 on all-MiniLM-L6-v2)",
+        choices=QUANTIZATION_NAMES,
+    )
+    cache_size: float = flag(
+        0.0,
+        help="MiB of finished outputs kept for identical inputs (LRU; in-request duplicates run once); "
+        "0: off",
+    )
+    calibration_file: str | None = flag(
+        None,
+        help='a .jsonl (its "text" fields) or .txt of ~1,000 texts like the ones you embed: the ranges of '
+        "int8 / uint8 outputs (precision), as sentence-transformers' quantize_embeddings",
+    )
+    long_input: str | None = flag(
+        None,
+        help="an input over max_model_len unless a request says otherwise: truncate, error, or chunk "
+        "(windows of max_model_len, aggregated; default: truncate, or error with --no-truncate)",
+        choices=LONG_INPUT_MODE_NAMES,
+    )
+    long_input_overlap: int = flag(0, help="tokens each chunk window shares with the previous one")
 
     @classmethod
     def field_names(cls) -> list[str]:
