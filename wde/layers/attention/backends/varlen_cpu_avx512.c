@@ -13,7 +13,8 @@
 // their strides (a fused QKV projection's views work as they are) and the output is written in
 // [tokens, heads, head_size] order.
 //
-// Built at first use by wde/layers/attention/backends/varlen_cpu.py (plain C, no torch headers).
+// Built at first use by wde/layers/attention/backends/varlen_kernel.py (plain C, no torch headers); the
+// varlen_cpu attention backend calls it. varlen_cpu_avx2.c is the same kernel for AVX2 + FMA CPUs.
 
 #include <immintrin.h>
 #include <math.h>
