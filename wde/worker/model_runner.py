@@ -85,8 +85,15 @@ class ModelRunnerBase:
             self.device,
             self.model_config.dtype,
             f" + {self.model_config.quantization}" if self.model_config.quantization else "",
-            self.attn_backend_cls.name,
+            self.backend.name,
         )
+
+    @property
+    def backend(self) -> type[AttentionBackend]:
+        """The attention backend class ``load_model`` chose."""
+        if self.attn_backend_cls is None:
+            raise RuntimeError("call load_model() first: it chooses the attention backend")
+        return self.attn_backend_cls
 
     def _choose_backend(self, specs: list[AttentionSpec]) -> type[AttentionBackend]:
         name = self.engine_config.device_config.attention_backend
@@ -161,10 +168,12 @@ class ModelRunnerBase:
         return self.budget
 
     def _make_pooler(self) -> Pooler:
+        if self.model is None:
+            raise RuntimeError("call load_model() before making the pooler")
         return POOLERS[self.model_config.task](self.model, self.model_config, self.device, self.dtype)
 
     def prepare_inputs(self, requests: list[Request]) -> InputBatch:
-        return InputBatch.build(requests, self.attn_backend_cls, self.device)
+        return InputBatch.build(requests, self.backend, self.device)
 
     @torch.inference_mode()
     def execute_model(self, batch: InputBatch) -> list[np.ndarray]:
