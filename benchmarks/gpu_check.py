@@ -11,7 +11,7 @@
 4. Writes one markdown report, ``gpu-report.md`` (GPU, driver, versions, tests passed / failed, the bench
    tables), beside the logs in the output folder, and prints it.
 
-``--max-minutes`` (default 6.5) bounds the whole run: the tests get at most ``--tests-timeout-s``, the bench
+``--max-minutes`` (default 6) bounds the whole run: the tests get at most ``--tests-timeout-s``, the bench
 the rest, so a first run on a lent GPU leaves time for a rerun after a fix.
 """
 
@@ -159,9 +159,16 @@ def test_summary(junit_xml: Path) -> list[str]:
     return [", ".join(f"{count} {what}" for what, count in counts.items()), *failures]
 
 
-def environment_lines() -> list[str]:
+def environment_lines(device: str) -> list[str]:
     import torch
 
+    versions = ", ".join(f"{name} {installed_version(name) or '-'}" for name in REPORTED_PACKAGES)
+    lines = [f"- Python {platform.python_version()} ({sys.executable}); {versions}"]
+    lines.append(
+        f"- torch {torch.__version__}, CUDA {torch.version.cuda}, cuDNN {torch.backends.cudnn.version()}"
+    )
+    if device != "cuda":
+        return [f"- device: {device} (a smoke run: tiny sizes, no GPU)", *lines]
     props = torch.cuda.get_device_properties(0)
     try:
         smi = subprocess.run(
@@ -172,14 +179,12 @@ def environment_lines() -> list[str]:
         ).stdout.strip()
     except OSError as e:
         smi = f"not run ({e})"
-    versions = ", ".join(f"{name} {installed_version(name) or '-'}" for name in REPORTED_PACKAGES)
     return [
         f"- GPU: {props.name}, compute capability {props.major}.{props.minor}, "
         f"{props.multi_processor_count} SMs, {props.total_memory / 2**30:.1f} GiB",
         f"- nvidia-smi (name, driver, memory): {smi}",
-        f"- torch {torch.__version__}, CUDA {torch.version.cuda}, cuDNN {torch.backends.cudnn.version()}, "
-        f"FlashAttention built in: {torch.backends.cuda.is_flash_attention_available()}",
-        f"- Python {platform.python_version()} ({sys.executable}); {versions}",
+        *lines,
+        f"- FlashAttention built into torch: {torch.backends.cuda.is_flash_attention_available()}",
     ]
 
 
@@ -189,7 +194,7 @@ def find_data_dir(given: str | None) -> Path | None:
     return next((path for path in candidates if all((path / name).is_file() for name in DATA_FILES)), None)
 
 
-def main(argv: list[str] | None = None) -> int:
+def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
@@ -198,81 +203,83 @@ def main(argv: list[str] | None = None) -> int:
         default=os.environ.get("OUT") or str(Path(tempfile.gettempdir()) / "wde-gpu-check"),
         help="report folder (default: $OUT, else a wde-gpu-check folder in the temporary directory)",
     )
-    parser.add_argument(
-        "--wheels", default=str(WHEELS_DIR), help="folder of the wheels `make gpu-wheels` got"
-    )
+    parser.add_argument("--wheels", default=str(WHEELS_DIR), help="folder `make gpu-wheels` filled")
     parser.add_argument("--data", default=None, help="folder with docs.jsonl and queries.jsonl")
-    parser.add_argument("--max-minutes", type=float, default=6.5, help="the whole run, tests and bench")
+    parser.add_argument("--max-minutes", type=float, default=6.0, help="the whole run, tests and bench")
     parser.add_argument("--tests-timeout-s", type=float, default=200.0)
     parser.add_argument("--bench-arg", action="append", default=[], help="extra benchmarks.gpu_modes flag")
-    args = parser.parse_args(argv)
+    parser.add_argument(
+        "--device",
+        default="cuda",
+        choices=["cuda", "cpu"],
+        help="cpu: the whole check's code path without a GPU (the tests skip, the bench runs --smoke)",
+    )
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
     # 1. a CUDA device, or one line and exit 2
-    if (why_not := cuda_device_line()) is not None:
+    if args.device == "cuda" and (why_not := cuda_device_line()) is not None:
         print(why_not)
         return NO_CUDA_EXIT_CODE
     deadline = time.monotonic() + args.max_minutes * 60
     out = Path(args.out).resolve()
     out.mkdir(parents=True, exist_ok=True)
-    # 2. the missing wheels into a private folder; wde from this checkout
+    # 2. the missing wheels into a private folder; wde, its texts and its bundled model from the checkout
     site_dir = Path(tempfile.mkdtemp(prefix="wde-gpu-site-"))
     install = install_wheels(Path(args.wheels), site_dir, out / "install.log")
-    env = {**os.environ, "PYTHONUNBUFFERED": "1", "TOKENIZERS_PARALLELISM": "false"}
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(site_dir), str(REPO_ROOT), env.get("PYTHONPATH")]))
     data_dir = find_data_dir(args.data)
-    if data_dir is not None:
-        env["WDE_SHARED_DATA"] = str(data_dir)
     model = bundled_model(Path(args.wheels))
-    if model is not None:
-        env["WDE_GPU_MODEL"] = model  # tests/gpu and the bench run it as "the bundled model"
+    env = step_env(site_dir, data_dir, model)
     # 3. tests/gpu, then the bench with the time left
+    pytest = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests/gpu"]
+    tests_s = min(args.tests_timeout_s, deadline - time.monotonic() - 60)
     tests = run_step(
-        "tests/gpu",
-        [
-            sys.executable,
-            "-m",
-            "pytest",
-            "-q",
-            "-p",
-            "no:cacheprovider",
-            "tests/gpu",
-            f"--junitxml={out}/gpu-tests.xml",
-        ],
-        out / "gpu-tests.log",
-        min(args.tests_timeout_s, deadline - time.monotonic() - 60),
-        env,
+        "tests/gpu", [*pytest, f"--junitxml={out}/gpu-tests.xml"], out / "gpu-tests.log", tests_s, env
     )
     bench_s = deadline - time.monotonic()
-    data_args = (
-        ["--docs", str(data_dir / "docs.jsonl"), "--queries", str(data_dir / "queries.jsonl")]
-        if data_dir
-        else []
-    )
+    bench_args = bench_arguments(args, data_dir, out / "gpu-bench.md", budget_s=max(bench_s - 45, 10))
     bench = run_step(
         "bench",
-        [
-            sys.executable,
-            "-m",
-            "benchmarks.gpu_modes",
-            *data_args,
-            "--out",
-            str(out / "gpu-bench.md"),
-            "--budget-s",
-            f"{max(bench_s - 75, 10):.0f}",
-            *args.bench_arg,
-        ],
+        [sys.executable, "-m", "benchmarks.gpu_modes", *bench_args],
         out / "gpu-bench.log",
         bench_s,
         env,
     )
     # 4. the report
-    report = report_lines(install, tests, bench, out, data_dir, model)
+    report = report_lines(args.device, install, tests, bench, out, data_dir, model)
     (out / "gpu-report.md").write_text("\n".join(report) + "\n")
     print("\n".join(report))
     print(f"\nreport: {out / 'gpu-report.md'}; logs beside it")
     return 0 if tests.returncode == 0 and bench.returncode == 0 and install.returncode == 0 else 1
 
 
+def step_env(site_dir: Path, data_dir: Path | None, model: str | None) -> dict[str, str]:
+    """The steps' environment: the private wheels, then this checkout, first on PYTHONPATH; where the texts
+    and the bundled model are (read by tests/gpu and the bench)."""
+    env = {**os.environ, "PYTHONUNBUFFERED": "1", "TOKENIZERS_PARALLELISM": "false"}
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(site_dir), str(REPO_ROOT), env.get("PYTHONPATH")]))
+    if data_dir is not None:
+        env["WDE_SHARED_DATA"] = str(data_dir)
+    if model is not None:
+        env["WDE_GPU_MODEL"] = model
+    return env
+
+
+def bench_arguments(
+    args: argparse.Namespace, data_dir: Path | None, report: Path, budget_s: float
+) -> list[str]:
+    bench_args = ["--out", str(report), "--budget-s", f"{budget_s:.0f}"]
+    if data_dir is not None:
+        bench_args += ["--docs", str(data_dir / "docs.jsonl"), "--queries", str(data_dir / "queries.jsonl")]
+    if args.device != "cuda":
+        bench_args += ["--device", args.device, "--smoke"]
+    return [*bench_args, *args.bench_arg]
+
+
 def report_lines(
+    device: str,
     install: StepResult,
     tests: StepResult,
     bench: StepResult,
@@ -284,13 +291,8 @@ def report_lines(
         state = "timed out" if step.returncode is None else f"exit {step.returncode}"
         return f"{step.name}: {state} in {step.seconds:.0f} s (log: {step.log.name})"
 
-    lines = [
-        "# wde GPU check",
-        "",
-        *environment_lines(),
-        f"- texts: {data_dir or 'none found (tests skip)'}",
-        "",
-    ]
+    lines = ["# wde GPU check", "", *environment_lines(device)]
+    lines += [f"- bundled model: {model or 'not found'}", f"- texts: {data_dir or 'none found'}", ""]
     lines += ["## Steps", "", *(f"- {status(step)}" for step in (install, tests, bench)), *install.notes, ""]
     lines += ["## tests/gpu", "", *test_summary(out / "gpu-tests.xml"), ""]
     bench_md = out / "gpu-bench.md"

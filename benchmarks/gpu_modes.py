@@ -120,7 +120,8 @@ def main(argv: list[str] | None = None) -> None:
     # 1. the device and its FLOP ceiling
     lines += machine_lines(args.device)
     peak = matmul_flops_per_s(args.device, 512 if args.smoke else 8192)
-    lines += [f"- bf16 matmul rate (measured, [n, n] x [n, n] random): {peak / 1e12:,.2f} TFLOP/s", ""]
+    rate = f"{peak / 1e12:,.1f} TFLOP/s" if peak >= 1e12 else f"{peak / 1e9:,.1f} GFLOP/s"
+    lines += [f"- bf16 matmul rate (measured, [n, n] x [n, n] random data): {rate}", ""]
     # 2. the HTTP server against in-process (first: it is short, and the model tables fill what is left)
     server_report: list[str] = []
     queries = texts_or_note(args.queries, None, server_report)

@@ -90,3 +90,24 @@ def test_bench_smoke_path_with_the_server_on_cpu(tmp_path: Path) -> None:
     server_rows = [line for line in text.splitlines() if re.match(r"\| (1|32) \| 16 \|", line)]
     assert len(server_rows) == 2
     assert all(row.split("|")[7].strip() == "0" for row in server_rows)  # no errors
+
+
+@pytest.mark.slow
+def test_gpu_check_code_path_on_cpu(tmp_path: Path) -> None:
+    """``--device cpu``: install step, tests/gpu (all skip here), a smoke bench, one report."""
+    bench = ["--models", "tiny", "--no-server", "--backends", "torch_sdpa"]
+    result = subprocess.run(
+        [sys.executable, "-m", "benchmarks.gpu_check", "--device", "cpu", "--out", str(tmp_path)]
+        + [f"--bench-arg={arg}" for arg in bench],
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
+    report = (tmp_path / "gpu-report.md").read_text()
+    assert re.search(r"^0 passed, 0 failed, 0 errors, \d+ skipped$", report, re.MULTILINE)
+    assert "| wde torch_sdpa | float32 | none |" in report
+    assert {"gpu-report.md", "gpu-tests.xml", "gpu-tests.log", "gpu-bench.md", "gpu-bench.log"} <= {
+        path.name for path in tmp_path.iterdir()
+    }
