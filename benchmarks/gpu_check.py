@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import importlib.metadata
+import json
 import os
 import platform
 import re
@@ -35,8 +36,7 @@ WHEELS_DIR = REPO_ROOT / ".gpu-wheels"
 NO_CUDA_EXIT_CODE = 2
 DATA_FILES = ("docs.jsonl", "queries.jsonl")
 # what the report lists the versions of
-# a carried wheel of these replaces an older one of the machine (newer releases stay compatible)
-UPGRADED_WHEN_OLDER = ("typing-extensions",)
+REQUIREMENTS_FILE = "requirements.json"  # benchmarks.gpu_wheels: {distribution: version range asked of it}
 CARRIED_MODEL_DIR = "all-MiniLM-L6-v2-fp16"  # benchmarks.gpu_wheels.MODEL_DIR_NAME
 REPORTED_PACKAGES = ("torch", "transformers", "sentence-transformers", "tokenizers", "flash-attn", "xformers")
 
@@ -76,15 +76,16 @@ def installed_version(name: str) -> str | None:
         return None
 
 
-def needs_install(wheel: Path) -> bool:
-    """The machine lacks the wheel's distribution, or (typing-extensions only) has an older one."""
-    from packaging.version import Version
+def needs_install(wheel: Path, requirements: dict[str, str]) -> bool:
+    """The machine lacks the wheel's distribution, or has a version outside the range the carried packages
+    ask of it (``requirements``: {distribution: specifiers}); then the carried wheel shadows it for wde."""
+    from packaging.specifiers import SpecifierSet
 
     name = distribution_name(wheel)
     installed = installed_version(name)
     if installed is None:
         return True
-    return name in UPGRADED_WHEN_OLDER and Version(installed) < Version(wheel.name.split("-")[1])
+    return not SpecifierSet(requirements.get(name, "")).contains(installed, prereleases=True)
 
 
 def install_wheels(wheels_dir: Path, site_dir: Path, log: Path) -> StepResult:
@@ -92,13 +93,16 @@ def install_wheels(wheels_dir: Path, site_dir: Path, log: Path) -> StepResult:
     ``site_dir`` (which goes first on PYTHONPATH); nothing of the machine's own environment changes."""
     start = time.monotonic()
     wheels = sorted(wheels_dir.glob("*.whl"))
-    missing = [wheel for wheel in wheels if needs_install(wheel)]
+    manifest = wheels_dir / REQUIREMENTS_FILE
+    requirements = json.loads(manifest.read_text()) if manifest.is_file() else {}
+    missing = [wheel for wheel in wheels if needs_install(wheel, requirements)]
     present = [
         f"{distribution_name(w)} {installed_version(distribution_name(w))}"
         for w in wheels
         if w not in missing
     ]
-    notes = [f"{len(missing)} of {len(wheels)} carried wheels installed into {site_dir}"]
+    installed = ", ".join(distribution_name(wheel) for wheel in missing) or "none"
+    notes = [f"carried wheels installed into {site_dir}: {installed}"]
     if present:
         notes.append(f"already on the machine, used as they are: {', '.join(present)}")
     if not wheels:

@@ -2,8 +2,10 @@
 network and whose image holds torch 2.11 (CUDA 13), transformers and sentence-transformers but not wde's
 server stack. Into ``.gpu-wheels/`` (git-ignored; carried to the GPU machine with the checkout):
 
-- the wheels of the packages the image lacks (``GPU_WHEELS``), at the versions installed here (the ones our
-  tests ran with), built for the image's Python 3.12 on x86-64 Linux, without dependencies;
+- the wheels of the server packages the image lacks (``SERVER_ROOTS``) and of all they require, at the
+  versions installed here (the ones our tests ran with), for the image's Python 3.12 on x86-64 Linux, and
+  ``requirements.json``: the version range asked of each (``make gpu-check`` installs a carried wheel where
+  the machine lacks it or has a version outside that range);
 - the bundled all-MiniLM-L6-v2 with its weights in float16 (``all-MiniLM-L6-v2-fp16/``): the package's own
   wheel (83 MB of float32 weights) is over what a call may carry (64 MiB); GPU runs are float16 anyway, and
   every system there (wde, its float32 oracle, sentence-transformers) loads this same folder;
@@ -17,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import importlib.metadata
+import json
 import shutil
 import subprocess
 import sys
@@ -25,22 +28,24 @@ from pathlib import Path
 from benchmarks.dataset import SHARED_DATA
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
-# wde[server]'s packages (and theirs) that the GPU image lacks, per the device notes' package list; the
-# image's own (numpy, tokenizers, safetensors, tqdm, anyio, h11, click, httpx, aiohttp, prometheus-client,
-# pyyaml, uvloop, ...) are used as they are. typing-extensions is carried in case the image's is older than
-# pydantic needs (gpu_check installs a carried wheel only where the machine lacks or has an older one).
-GPU_WHEELS = (
-    "fastapi",
-    "starlette",
-    "pydantic",
-    "pydantic-core",
-    "annotated-types",
-    "typing-inspection",
-    "typing-extensions",
-    "uvicorn",
-    "httptools",
-    "orjson",
-)
+# wde[server]'s packages that the GPU image lacks (per the device notes' package list); the wheels carried are
+# these and everything they require (their dependency closure as installed here, markers evaluated for the
+# image's Python). The image's own numpy, tokenizers, safetensors, tqdm, httpx, aiohttp, prometheus-client,
+# pyyaml, uvloop are used as they are.
+SERVER_ROOTS = ("fastapi", "uvicorn", "httptools", "orjson")
+# what the image is: Python 3.12 on x86-64 Linux
+MARKER_ENVIRONMENT = {
+    "python_version": "3.12",
+    "python_full_version": "3.12.3",
+    "sys_platform": "linux",
+    "platform_system": "Linux",
+    "platform_machine": "x86_64",
+    "os_name": "posix",
+    "implementation_name": "cpython",
+    "platform_python_implementation": "CPython",
+    "extra": "",
+}
+REQUIREMENTS_FILE = "requirements.json"  # {distribution: the version range its dependents ask for}
 PYTHON_VERSION = "3.12"
 PLATFORMS = (
     *(f"manylinux_2_{n}_x86_64" for n in (17, 24, 27, 28, 31, 34)),
@@ -52,16 +57,37 @@ MODEL_DIR_NAME = "all-MiniLM-L6-v2-fp16"
 MAX_TOTAL_BYTES = 52 * 2**20  # what a device call carries is 64 MiB, the checkout included
 
 
-def pinned_requirements() -> list[str]:
-    return [f"{name}=={importlib.metadata.version(name)}" for name in GPU_WHEELS]
+def dependency_closure(roots: tuple[str, ...]) -> dict[str, str]:
+    """{distribution: the specifiers of every requirement on it within the closure (", "-joined)} for the
+    roots and all they require, read from the distributions installed here."""
+    from packaging.requirements import Requirement
+    from packaging.utils import canonicalize_name
+
+    specifiers: dict[str, list[str]] = {canonicalize_name(root): [] for root in roots}
+    pending = list(specifiers)
+    while pending:
+        distribution = importlib.metadata.distribution(pending.pop())
+        for line in distribution.requires or []:
+            requirement = Requirement(line)
+            if requirement.marker is not None and not requirement.marker.evaluate(MARKER_ENVIRONMENT):
+                continue
+            name = canonicalize_name(requirement.name)
+            if name not in specifiers:
+                specifiers[name] = []
+                pending.append(name)
+            if str(requirement.specifier):
+                specifiers[name].append(str(requirement.specifier))
+    return {name: ",".join(dict.fromkeys(specs)) for name, specs in sorted(specifiers.items())}
 
 
-def download_wheels(dest: Path) -> None:
+def download_wheels(dest: Path, distributions: list[str]) -> None:
+    """Each distribution at the version installed here (the one our tests ran with), for the image."""
+    pins = [f"{name}=={importlib.metadata.version(name)}" for name in distributions]
     command = [sys.executable, "-m", "pip", "download", "--quiet", "--no-deps", "--only-binary=:all:"]
     command += ["--python-version", PYTHON_VERSION, "--implementation", "cp", "-d", str(dest)]
     for platform_tag in PLATFORMS:
         command += ["--platform", platform_tag]
-    subprocess.run([*command, *pinned_requirements()], check=True)
+    subprocess.run([*command, *pins], check=True)
 
 
 def write_fp16_model(dest: Path) -> Path:
@@ -103,8 +129,10 @@ def main(argv: list[str] | None = None) -> int:
     if dest.exists():
         shutil.rmtree(dest)
     dest.mkdir(parents=True)
-    # 2. wheels, model, texts
-    download_wheels(dest)
+    # 2. wheels (and the version ranges asked of each), model, texts
+    closure = dependency_closure(SERVER_ROOTS)
+    download_wheels(dest, list(closure))
+    (dest / REQUIREMENTS_FILE).write_text(json.dumps(closure, indent=1) + "\n")
     model_dir = write_fp16_model(dest)
     missing_data = [name for name in DATA_FILES if not (SHARED_DATA / name).is_file()]
     if missing_data:

@@ -30,17 +30,18 @@ def test_make_gpu_check_says_no_cuda_in_one_line_and_exits_2() -> None:
     assert result.stdout.startswith(NO_CUDA) and result.stdout.count("\n") == 1
 
 
-def test_only_missing_or_older_wheels_are_installed(monkeypatch: pytest.MonkeyPatch) -> None:
-    installed = {"pydantic-core": None, "typing-extensions": "4.9.0", "orjson": "3.0.0"}
+def test_only_missing_or_out_of_range_wheels_are_installed(monkeypatch: pytest.MonkeyPatch) -> None:
+    installed = {"pydantic-core": None, "typing-extensions": "4.9.0", "orjson": "3.0.0", "anyio": "4.16.0"}
     monkeypatch.setattr(gpu_check, "installed_version", lambda name: installed[name])
-    assert gpu_check.distribution_name(Path("pydantic_core-2.50.5-cp312-cp312-manylinux2014_x86_64.whl")) == (
-        "pydantic-core"
-    )
-    assert gpu_check.needs_install(Path("pydantic_core-2.50.5-cp312-cp312-manylinux2014_x86_64.whl"))
-    assert gpu_check.needs_install(Path("typing_extensions-4.16.0-py3-none-any.whl"))  # older there
+    requirements = {"typing-extensions": ">=4.16.0,>=4.10.0", "anyio": ">=4.1.0,<5,>=4.0.0", "orjson": ""}
+    core = Path("pydantic_core-2.50.5-cp312-cp312-manylinux2014_x86_64.whl")
+    assert gpu_check.distribution_name(core) == "pydantic-core"
+    assert gpu_check.needs_install(core, requirements)  # missing
+    assert gpu_check.needs_install(Path("typing_extensions-4.16.0-py3-none-any.whl"), requirements)  # too old
+    assert not gpu_check.needs_install(Path("anyio-4.16.0-py3-none-any.whl"), requirements)  # in range
     assert not gpu_check.needs_install(
-        Path("orjson-3.13.0-cp312-cp312-manylinux_2_17_x86_64.whl")
-    )  # any version
+        Path("orjson-3.13.0-cp312-cp312-manylinux_2_17_x86_64.whl"), requirements
+    )
 
 
 def test_junit_summary_counts_and_names_failures(tmp_path: Path) -> None:
