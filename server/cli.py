@@ -215,18 +215,18 @@ def serve(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
         settings = settings.with_api_key_file()
         settings.verify()
         all_engine_args = _served_engine_args(args)
-        for each_engine_args in all_engine_args:
-            each_engine_args.create_engine_config()
+        # each model's config, built once: the registry and its engine take it from here
+        served = [(engine_args, engine_args.create_engine_config()) for engine_args in all_engine_args]
     except (ValueError, TypeError, OSError) as e:
         return _startup_error(str(e))
-    engine_args = all_engine_args[0] if len(all_engine_args) == 1 else all_engine_args
     # 2. the HTTP server (FastAPI and uvicorn imported only now): binds the port, then loads the model
-    if args.ray:
+    if args.ray:  # each replica builds its models' configs once, on its own machine (its device)
         try:
             from server.app import build_app
             from server.ray_serve.deployment import serve_on_ray
         except ImportError as e:
             return _startup_error(f"{e}; Ray Serve needs its extra: pip install 'wde[server,ray]'")
+        engine_args = all_engine_args[0] if len(all_engine_args) == 1 else all_engine_args
         return serve_on_ray(args, functools.partial(build_app, engine_args, settings))
     try:
         from server.draining_server import serve as serve_http
@@ -234,7 +234,7 @@ def serve(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     except ImportError as e:
         return _startup_error(f"{e}; the server needs its extra: pip install 'wde[server]'")
     try:
-        return serve_http(engine_args, settings, args.host, args.port, args.graceful_timeout, args.log_level)
+        return serve_http(served, settings, args.host, args.port, args.graceful_timeout, args.log_level)
     except StartupError as e:
         return _startup_error(str(e))
 

@@ -26,6 +26,7 @@ from server.settings import ServerSettings
 from server.startup_log import QuietStartupErrors
 from server.swap_policy import SwapTiming
 from server.uvicorn_options import uvicorn_options
+from wde.config import EngineConfig
 from wde.engine_args import EngineArgs
 from wde.entrypoints.async_llm_engine import AsyncLLMEngine
 
@@ -65,20 +66,22 @@ class DrainingServer(uvicorn.Server):
 
 
 def serve(
-    engine_args: EngineArgs | Sequence[EngineArgs],
+    served: Sequence[tuple[EngineArgs, EngineConfig]],
     settings: ServerSettings,
     host: str,
     port: int,
     graceful_timeout: float,
     log_level: str,
 ) -> int:
-    """Serve until a signal (exit 0) or a model that failed to load at start-up (exit 1); ``StartupError``
-    (exit 2) when the port cannot be bound, before anything loads, or when the app's lifespan fails."""
+    """Serve the models of ``served`` (each one's EngineArgs and the config built from them, once: the
+    engines are made from it) until a signal (exit 0) or a model that failed to load at start-up (exit 1);
+    ``StartupError`` (exit 2) when the port cannot be bound, before anything loads, or when the app's
+    lifespan fails."""
     # 1. the port first: a busy port fails in one line, not after the model loaded
-    all_engine_args = [engine_args] if isinstance(engine_args, EngineArgs) else list(engine_args)
+    all_engine_args = [engine_args for engine_args, _ in served]
     try:  # names, and whether the models fit in memory together
-        models = ModelRegistry.from_engine_args(
-            all_engine_args,
+        models = ModelRegistry.from_configs(
+            served,
             settings.max_loaded_models,
             strict_names=settings.strict_model_name,
             swap_timing=SwapTiming.of(settings),

@@ -90,7 +90,7 @@ class ModelRegistry:
         self,
         models: Sequence[ServedModel],
         max_loaded_models: int | None = None,
-        make_engine: Callable[[EngineArgs], AsyncLLMEngine] = AsyncLLMEngine,
+        make_engine: Callable[[EngineArgs], AsyncLLMEngine] | None = None,
         strict_names: bool = False,
         swap_timing: SwapTiming | None = None,
     ) -> None:
@@ -124,7 +124,21 @@ class ModelRegistry:
     ) -> ModelRegistry:
         """The models, their configurations read (names, tasks; raises ValueError for a bad folder or
         flag) and, with several, checked to fit in memory together (``model_memory``)."""
-        models = [ServedModel(args, config=args.create_engine_config()) for args in engine_args]
+        served = [(args, args.create_engine_config()) for args in engine_args]
+        return cls.from_configs(served, max_loaded_models, strict_names, available_bytes, swap_timing)
+
+    @classmethod
+    def from_configs(
+        cls,
+        served: Sequence[tuple[EngineArgs, EngineConfig]],
+        max_loaded_models: int | None = None,
+        strict_names: bool = False,
+        available_bytes: int | None = None,
+        swap_timing: SwapTiming | None = None,
+    ) -> ModelRegistry:
+        """The models of configurations already built (``wde serve`` builds each once): each engine is
+        made from its model's config; with several, checked to fit in memory together."""
+        models = [ServedModel(args, config=config) for args, config in served]
         if len(models) > 1:
             check_models_fit(
                 [(model.name, model.config) for model in models],
@@ -300,7 +314,10 @@ class ModelRegistry:
         model.load_failure = None
 
     def _new_engine(self, model: ServedModel) -> AsyncLLMEngine:
-        engine = self.make_engine(model.engine_args)
+        if self.make_engine is not None:
+            engine = self.make_engine(model.engine_args)
+        else:  # the config read at start-up, not built again
+            engine = AsyncLLMEngine(model.engine_args, engine_config=model.config)
         model.num_loads += 1
         for hook in self._engine_hooks:
             hook(model, engine)

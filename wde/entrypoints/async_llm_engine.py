@@ -22,6 +22,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from wde.config import EngineConfig
 from wde.engine.llm_engine import LLMEngine
 from wde.engine_args import EngineArgs
 from wde.entrypoints import tasks
@@ -54,10 +55,20 @@ __all__ = ["AsyncLLMEngine", "OutputNotSupportedError", "TaskNotSupportedError"]
 
 
 class AsyncLLMEngine:
-    def __init__(self, engine_args: EngineArgs, build_engine: Callable[[], LLMEngine] | None = None) -> None:
-        """``build_engine`` makes the LLMEngine on the engine thread (default: from ``engine_args``)."""
+    def __init__(
+        self,
+        engine_args: EngineArgs,
+        build_engine: Callable[[], LLMEngine] | None = None,
+        *,
+        engine_config: EngineConfig | None = None,
+    ) -> None:
+        """``build_engine`` makes the LLMEngine on the engine thread (default: from ``engine_config``, the
+        config already built from ``engine_args`` (``wde serve`` builds each once), else from
+        ``engine_args``)."""
         self.engine_args = engine_args
-        self._build = build_engine or (lambda: LLMEngine.from_engine_args(engine_args))
+        if build_engine is None and engine_config is not None:
+            build_engine = functools.partial(LLMEngine.from_engine_config, engine_config)
+        self._build = build_engine or functools.partial(LLMEngine.from_engine_args, engine_args)
         self._thread = EngineThread(self._build_engine)
         self._call_counter = itertools.count()
         self._call_observer: CallObserver | None = None  # tracing: sees each submission's outputs
