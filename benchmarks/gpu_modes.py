@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import sys
 import tempfile
 import time
 from dataclasses import dataclass, field
@@ -126,8 +127,12 @@ def main(argv: list[str] | None = None) -> None:
     server_report: list[str] = []
     queries = texts_or_note(args.queries, None, server_report)
     if queries is not None and not args.no_server:
-        server_report += server_lines(queries, args, budget)
-    # 3. throughput tables, model by model
+        try:
+            server_report += server_lines(queries, args, budget)
+        except Exception as e:  # a report with the failure beats no report
+            server_report += [f"## HTTP server: failed: {one_line(e)}", ""]
+    write_report(args, lines + server_report)
+    # 3. throughput tables, model by model; the report is rewritten after each (a timeout keeps them)
     docs = texts_or_note(args.docs, args.limit, lines)
     if docs is not None:
         with tempfile.TemporaryDirectory() as scratch:
@@ -135,14 +140,30 @@ def main(argv: list[str] | None = None) -> None:
                 if budget.spent():
                     lines += [f"## {model}: {budget.skip_note()}", ""]
                     continue
-                table = model_table(model, Path(args.minilm), Path(scratch), args.device)
-                run_table(table, docs, args, budget)
+                try:
+                    table = model_table(model, Path(args.minilm), Path(scratch), args.device)
+                    run_table(table, docs, args, budget)
+                except Exception as e:
+                    lines += [f"## {model}: failed: {one_line(e)}", ""]
+                    continue
                 lines += format_table(table, peak, args)
-    lines += server_report
+                write_report(args, lines + server_report)
+    print(write_report(args, lines + server_report))
+
+
+def write_report(args: argparse.Namespace, lines: list[str]) -> str:
     report = "\n".join(lines) + "\n"
-    print(report)
     if args.out:
         Path(args.out).write_text(report)
+    return report
+
+
+def one_line(error: BaseException) -> str:
+    return f"{type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''}"[:300]
+
+
+def progress(line: str) -> None:
+    print(f"gpu_modes: {line}", file=sys.stderr, flush=True)
 
 
 def machine_lines(device: str) -> list[str]:
@@ -221,9 +242,11 @@ def run_table(table: ModelTable, texts: list[str], args: argparse.Namespace, bud
                         cuda_graph_mode=mode,
                     )
                 except Exception as e:  # one configuration failing is a row of the report, not the end of it
-                    row.note = f"failed: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"[:300]
+                    row.note = f"failed: {one_line(e)}"
+                    progress(f"{table.label} {dtype} {backend} {mode}: {row.note}")
                     continue
                 fill_row(row, run, reference.embeddings)
+                progress(f"{table.label} {dtype} {backend} {mode}: {run.tokens_per_s:,.0f} tokens/s")
 
 
 def fill_row(row: Row, run: WdeRun, reference: np.ndarray) -> None:

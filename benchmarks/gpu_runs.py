@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import gc
 import statistics
+import sys
 import time
 from dataclasses import dataclass, field
 
@@ -30,11 +31,15 @@ def synchronize(device: str) -> None:
 
 
 def release(device: str) -> None:
+    """Free what the last system held; on CUDA, say on stderr what stays allocated (a leak across the
+    bench's dozens of engines would end in an out-of-memory error rows later)."""
     import torch
 
     gc.collect()
     if device == "cuda":
         torch.cuda.empty_cache()
+        allocated = torch.cuda.memory_allocated() / 2**20
+        print(f"gpu_modes: {allocated:,.0f} MiB still allocated after release", file=sys.stderr, flush=True)
 
 
 def measure_wde(model: str, texts: list[str], repeats: int, device: str, **engine_args: object) -> WdeRun:
