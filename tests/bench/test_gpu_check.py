@@ -112,3 +112,25 @@ def test_gpu_check_code_path_on_cpu(tmp_path: Path) -> None:
     assert {"gpu-report.md", "gpu-tests.xml", "gpu-tests.log", "gpu-bench.md", "gpu-bench.log"} <= {
         path.name for path in tmp_path.iterdir()
     }
+
+
+def test_targets_are_read_off_the_tables() -> None:
+    from benchmarks.gpu_modes import ModelTable, Row
+
+    base = ModelTable("BERT-base (random weights)", "/x", 85_000_000, peer_tokens_per_s=100_000.0)
+    base.rows = [
+        Row("sentence-transformers (batch 32)", "float16", tokens_per_s=100_000.0, min_cosine=0.9999),
+        Row("wde torch_varlen", "float16", "lazy", 3.0, 180_000.0, 0.99995),
+        Row("wde torch_sdpa", "float16", "none", 2.0, 120_000.0, 0.9985),
+        Row("wde torch_varlen", "bfloat16", "lazy", 3.0, 400_000.0, 0.99),  # another dtype: not counted
+    ]
+    minilm = ModelTable("all-MiniLM-L6-v2 (bundled)", "/y", 10_000_000, peer_tokens_per_s=1.0)
+    minilm.rows = [
+        Row("wde torch_varlen", "float16", "lazy", 6.5, 1.0),
+        Row("wde torch_varlen", "float16", "none", 1.0, 1.0),
+    ]
+    lines = gpu_modes.acceptance_lines([minilm, base], "float16")
+    assert lines[0] == "## Targets"
+    assert "lazy-graph start-up 6.50 s (wde torch_varlen, float16; target < 5 s: NOT met)" in lines[2]
+    assert "1.80x sentence-transformers (target >= 1.5x: met)" in lines[3]
+    assert "min cosine vs ST float32 0.99850 (target >= 0.999: NOT met)" in lines[3]
