@@ -1,8 +1,10 @@
 """What every family's tests compare against: transformers' last hidden state on a right-padded batch, and
-sentence-transformers' embeddings (min cosine and max abs diff)."""
+sentence-transformers' embeddings (min cosine and max abs diff); which CPU attention backends can run a
+model (the selector's reason where one cannot)."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import numpy as np
@@ -10,6 +12,7 @@ import torch
 
 MIN_COSINE = 0.99999  # float32, same weights
 ST_ATOL = 1e-4
+CPU_BACKEND_NAMES = ("naive", "torch_sdpa", "varlen_cpu")  # every attention backend a CPU can have
 
 
 @torch.inference_mode()
@@ -35,3 +38,34 @@ def assert_close_to_sentence_transformers(got: np.ndarray, expected: np.ndarray)
     cosine = np.sum(got * expected, axis=1) / np.linalg.norm(got, axis=1) / np.linalg.norm(expected, axis=1)
     assert cosine.min() >= MIN_COSINE, f"min cosine {cosine.min():.7f}"
     assert np.abs(got - expected).max() <= ST_ATOL, f"max abs diff {np.abs(got - expected).max():.2e}"
+
+
+def backend_refusal(path: Path, backend_name: str) -> str | None:
+    """The selector's reason why ``backend_name`` cannot run this model's attention layers here (float32,
+    CPU), or None when it can."""
+    from wde.layers.attention.layer import attention_specs
+    from wde.layers.attention.selector import select_attention_backend
+    from wde.models.registry import resolve_architecture
+    from wde.platforms.cpu import CpuPlatform
+
+    hf_config = json.loads((path / "config.json").read_text())
+    _, model_cls = resolve_architecture(hf_config.get("architectures"), str(path))
+    with torch.device("meta"):
+        specs = attention_specs(model_cls(hf_config))
+    try:
+        select_attention_backend(backend_name, CpuPlatform(), torch.float32, specs)
+    except ValueError as error:
+        return str(error)
+    return None
+
+
+def save_last_token_st(hf_dir: Path, path: Path, prompts: dict[str, str]) -> Path:
+    """Saved by sentence-transformers as decoder embedders are (Qwen3-Embedding, gte-Qwen2, e5-mistral):
+    Transformer -> Pooling(lasttoken) -> Normalize, with ``prompts``."""
+    from sentence_transformers import SentenceTransformer
+    from sentence_transformers.sentence_transformer.modules import Normalize, Pooling, Transformer
+
+    transformer = Transformer(str(hf_dir))
+    pooling = Pooling(transformer.get_embedding_dimension(), "lasttoken")
+    SentenceTransformer(modules=[transformer, pooling, Normalize()], prompts=prompts).save(str(path))
+    return path

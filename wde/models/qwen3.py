@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 import torch.nn.functional as F
@@ -56,21 +56,43 @@ class RMSNorm(nn.Module):
         return self.weight * (x.float() * torch.rsqrt(variance + self.eps)).to(x.dtype)
 
 
-def _sliding_window(config: dict[str, Any], layer_index: int) -> tuple[int, int] | None:
-    """transformers' window of ``sliding_window`` keys ends at the query itself: ``sliding_window - 1``
-    positions before it."""
-    window = config.get("sliding_window")
-    if not config.get("use_sliding_window") or not window:
+def attention_window(config: dict[str, Any], window: int | None) -> tuple[int, int] | None:
+    """transformers' window of ``window`` keys as (left, right) distances: a causal window ends at the
+    query itself (``window - 1`` positions before it); with ``is_causal: false`` a key within ``window``
+    positions on either side is attended (masking_utils' bidirectional overlay)."""
+    if not window:
         return None
-    layer_types = config.get("layer_types")
-    if layer_types is not None:
-        is_sliding = layer_types[layer_index] == "sliding_attention"
-    else:
-        is_sliding = layer_index >= config.get("max_window_layers", 28)
-    return (int(window) - 1, 0) if is_sliding else None
+    return (int(window) - 1, 0) if config.get("is_causal", True) else (int(window), int(window))
 
 
 class Qwen3Attention(nn.Module):
+    """Grouped-query attention of ``head_dim`` heads with RoPE. The class attributes and classmethods are what
+    the decoders built on it (Qwen2, Mistral) override: q/k norms, projection biases, the window rule."""
+
+    qk_norm: ClassVar[bool] = True
+    """Each query and key head is RMS-normalized before RoPE (Qwen3; not Qwen2 or Mistral)."""
+
+    @classmethod
+    def projection_biases(cls, config: dict[str, Any]) -> tuple[bool, bool]:
+        """(q/k/v projections have a bias, o_proj has one): Qwen3 reads ``attention_bias`` for both."""
+        bias = bool(config.get("attention_bias", False))
+        return bias, bias
+
+    @classmethod
+    def sliding_window(cls, config: dict[str, Any], layer_index: int) -> int | None:
+        """Keys a layer's window spans, None for full attention: ``sliding_window`` applies only with
+        ``use_sliding_window``, to the layers ``layer_types`` names "sliding_attention" (else those from
+        ``max_window_layers`` on), as transformers' Qwen2 / Qwen3 configs decide."""
+        window = config.get("sliding_window")
+        if not config.get("use_sliding_window") or not window:
+            return None
+        layer_types = config.get("layer_types")
+        if layer_types is not None:
+            is_sliding = layer_types[layer_index] == "sliding_attention"
+        else:
+            is_sliding = layer_index >= config.get("max_window_layers", 28)
+        return int(window) if is_sliding else None
+
     def __init__(self, config: dict[str, Any], layer_index: int) -> None:
         super().__init__()
         hidden_size = config["hidden_size"]
@@ -82,19 +104,21 @@ class Qwen3Attention(nn.Module):
             self.num_kv_heads * self.head_size,
             self.num_kv_heads * self.head_size,
         )
-        bias = bool(config.get("attention_bias", False))
-        self.qkv_proj = nn.Linear(hidden_size, sum(self.qkv_sizes), bias=bias)  # fused q/k/v (GQA-sized)
-        self.o_proj = nn.Linear(self.num_heads * self.head_size, hidden_size, bias=bias)
+        qkv_bias, o_bias = self.projection_biases(config)
+        self.qkv_proj = nn.Linear(hidden_size, sum(self.qkv_sizes), bias=qkv_bias)  # fused q/k/v (GQA-sized)
+        self.o_proj = nn.Linear(self.num_heads * self.head_size, hidden_size, bias=o_bias)
         eps = config.get("rms_norm_eps", 1e-6)
-        self.q_norm = RMSNorm(self.head_size, eps)
-        self.k_norm = RMSNorm(self.head_size, eps)
+        self.q_norm: nn.Module = RMSNorm(self.head_size, eps) if self.qk_norm else nn.Identity()
+        self.k_norm: nn.Module = RMSNorm(self.head_size, eps) if self.qk_norm else nn.Identity()
         self.attn = Attention(
             AttentionSpec(
                 num_heads=self.num_heads,
                 num_kv_heads=self.num_kv_heads,
                 head_size=self.head_size,
-                causal=True,
-                sliding_window=_sliding_window(config, layer_index),
+                causal=bool(
+                    config.get("is_causal", True)
+                ),  # is_causal: false, as transformers' masks read it
+                sliding_window=attention_window(config, self.sliding_window(config, layer_index)),
             )
         )
 
@@ -117,7 +141,7 @@ class Qwen3MLP(nn.Module):
         hidden_size, intermediate_size = config["hidden_size"], config["intermediate_size"]
         if config.get("hidden_act", "silu") != "silu":
             raise ValueError(
-                f"hidden_act {config['hidden_act']!r} is not supported by wde's Qwen3 (only silu)"
+                f"hidden_act {config['hidden_act']!r} is not supported by wde's decoder MLP (only silu)"
             )
         self.intermediate_size = intermediate_size
         self.gate_up_proj = nn.Linear(hidden_size, 2 * intermediate_size, bias=False)
@@ -129,11 +153,13 @@ class Qwen3MLP(nn.Module):
 
 
 class Qwen3DecoderLayer(nn.Module):
-    def __init__(self, config: dict[str, Any], layer_index: int) -> None:
+    def __init__(
+        self, config: dict[str, Any], layer_index: int, attention_cls: type[Qwen3Attention] = Qwen3Attention
+    ) -> None:
         super().__init__()
         eps = config.get("rms_norm_eps", 1e-6)
         self.input_layernorm = RMSNorm(config["hidden_size"], eps)
-        self.self_attn = Qwen3Attention(config, layer_index)
+        self.self_attn = attention_cls(config, layer_index)
         self.post_attention_layernorm = RMSNorm(config["hidden_size"], eps)
         self.mlp = Qwen3MLP(config)
 
@@ -151,11 +177,14 @@ class Qwen3Model(WdeModel):
 
     # Without sentence-transformers metadata, embed as Qwen3-Embedding does: last token, normalized.
     default_pooling = PoolingConfig(method="last", normalize=True)
+    attention_cls: ClassVar[type[Qwen3Attention]] = Qwen3Attention
+    """Each layer's attention: what a decoder built on this one (Qwen2, Mistral) replaces."""
 
     def __init__(self, config: dict[str, Any]) -> None:
         super().__init__(config)
         self.embed_tokens = nn.Embedding(config["vocab_size"], config["hidden_size"])
-        layers = [Qwen3DecoderLayer(config, i) for i in range(config["num_hidden_layers"])]
+        num_layers = config["num_hidden_layers"]
+        layers = [Qwen3DecoderLayer(config, i, self.attention_cls) for i in range(num_layers)]
         self.layers = nn.ModuleList(layers)
         self.norm = RMSNorm(config["hidden_size"], config.get("rms_norm_eps", 1e-6))
         self.rotary_emb = RotaryEmbedding(layers[0].self_attn.head_size, rope_theta(config))

@@ -9,8 +9,10 @@ from wde.models.deberta_v2 import DebertaV2ForSequenceClassification, DebertaV2M
 from wde.models.distilbert import DistilBertForMaskedLM, DistilBertForSequenceClassification, DistilBertModel
 from wde.models.gemma3 import Gemma3TextModel
 from wde.models.interface import WdeModel
+from wde.models.mistral import MistralForCausalLM, MistralModel
 from wde.models.modernbert import ModernBertForSequenceClassification, ModernBertModel
 from wde.models.mpnet import MPNetForSequenceClassification, MPNetModel
+from wde.models.qwen2 import Qwen2ForCausalLM, Qwen2Model
 from wde.models.qwen3 import Qwen3ForCausalLM, Qwen3Model
 from wde.models.xlm_roberta import XLMRobertaForSequenceClassification, XLMRobertaModel
 
@@ -22,6 +24,8 @@ MODEL_REGISTRY: dict[str, type[WdeModel]] = {
     "BertForMaskedLM": BertForMaskedLM,  # SPLADE (sparse output)
     "XLMRobertaForSequenceClassification": XLMRobertaForSequenceClassification,
     "RobertaForSequenceClassification": XLMRobertaForSequenceClassification,
+    "CamembertModel": XLMRobertaModel,  # RoBERTa-architected (roberta. prefix, positions from pad + 1)
+    "CamembertForSequenceClassification": XLMRobertaForSequenceClassification,
     "ModernBertModel": ModernBertModel,
     "ModernBertForSequenceClassification": ModernBertForSequenceClassification,
     "MPNetModel": MPNetModel,
@@ -31,6 +35,10 @@ MODEL_REGISTRY: dict[str, type[WdeModel]] = {
     "DistilBertForMaskedLM": DistilBertForMaskedLM,  # SPLADE (sparse output)
     "Qwen3Model": Qwen3Model,
     "Qwen3ForCausalLM": Qwen3ForCausalLM,
+    "Qwen2Model": Qwen2Model,
+    "Qwen2ForCausalLM": Qwen2ForCausalLM,  # gte-Qwen2, stella: embeddings (lm_head skipped)
+    "MistralModel": MistralModel,
+    "MistralForCausalLM": MistralForCausalLM,  # e5-mistral, SFR-Embedding-Mistral: embeddings
     "Gemma3TextModel": Gemma3TextModel,
     "DebertaV2Model": DebertaV2Model,
     "DebertaV2ForSequenceClassification": DebertaV2ForSequenceClassification,
