@@ -141,7 +141,7 @@ class ModelRegistry:
         models = [ServedModel(args, config=config) for args, config in served]
         if len(models) > 1:
             check_models_fit(
-                [(model.name, model.config) for model in models],
+                [(model.name, config) for model, (_, config) in zip(models, served, strict=True)],
                 max_loaded_models or len(models),
                 available_bytes,
             )

@@ -50,31 +50,35 @@ def add_child_spans(tracer: Any, parent_context: Any, trace: RequestTrace, respo
     trace.is_open = False
     if not trace.records:
         return  # no engine work: /info, /health, an answer before the handler ran
-    # the outputs that went through the engine (a result cache's hits carry no metrics)
-    ran = [output for record in trace.records for output in record.outputs if output.metrics is not None]
+    # the outputs that went through the engine, with their metrics (a result cache's hits carry none)
+    ran = [
+        (output, output.metrics)
+        for record in trace.records
+        for output in record.outputs
+        if output.metrics is not None
+    ]
     # 1. queue: arrival to scheduling, over every input that reached the engine
     if ran:
-        metrics = [output.metrics for output in ran]
-        start = min(m.arrival_time for m in metrics)
-        end = max(m.scheduled_time or m.finished_time for m in metrics)
+        start = min(metrics.arrival_time for _, metrics in ran)
+        end = max(metrics.scheduled_time or metrics.finished_time for _, metrics in ran)
         _span(tracer, parent_context, "queue", trace, start, end, {"wde.inputs": len(ran)})
     # 2. tokenization: each batched tokenizer call
     calls: dict[TokenizeSpan, int] = defaultdict(int)
-    for output in ran:
-        if output.metrics.tokenize_span is not None:
-            calls[output.metrics.tokenize_span] += 1
+    for _, metrics in ran:
+        if metrics.tokenize_span is not None:
+            calls[metrics.tokenize_span] += 1
     for (start, end), num_inputs in sorted(calls.items()):
         _span(tracer, parent_context, "tokenization", trace, start, end, {"wde.inputs": num_inputs})
     # 3. inference: each forward pass (its outputs share the time they were processed)
-    passes: dict[float, list[Any]] = defaultdict(list)
-    for output in ran:
-        if output.metrics.scheduled_time is not None:
-            passes[output.metrics.finished_time].append(output)
+    passes: dict[float, list[tuple[Any, float]]] = defaultdict(list)  # finish -> (output, scheduled time)
+    for output, metrics in ran:
+        if metrics.scheduled_time is not None:
+            passes[metrics.finished_time].append((output, metrics.scheduled_time))
     for finished, outputs in sorted(passes.items()):
-        start = min(output.metrics.scheduled_time for output in outputs)
+        start = min(scheduled for _, scheduled in outputs)
         attributes = {
             "wde.inputs": len(outputs),
-            "wde.tokens": sum(getattr(output, "num_tokens", 0) for output in outputs),
+            "wde.tokens": sum(getattr(output, "num_tokens", 0) for output, _ in outputs),
         }
         _span(tracer, parent_context, "inference", trace, start, finished, attributes)
     # 4. serialization: from the engine's last answer to the response's last byte

@@ -71,6 +71,9 @@ class LLMEngine:
         )
         runner = model_runner_cls(platform.device_type)(engine_config, platform)
         budget = runner.initialize()
+        backend = runner.attn_backend_cls
+        if backend is None:
+            raise RuntimeError("the model runner chose no attention backend while loading the model")
         scheduler_config = engine_config.scheduler_config.with_budget(
             budget.max_num_batched_tokens, budget.reason
         )
@@ -81,14 +84,14 @@ class LLMEngine:
             model_config.task,
             model_config.dtype,
             model_config.quantization or "none",
-            runner.attn_backend_cls.name,
+            backend.name,
             model_config.max_model_len,
             scheduler_config.max_num_batched_tokens,
             scheduler_config.max_num_seqs,
             engine_config.device_config.executor,
         )
         workflow = get_workflow(model_config.task)
-        return cls(engine_config, workflow, tokenizer, runner, runner.attn_backend_cls.is_padded)
+        return cls(engine_config, workflow, tokenizer, runner, backend.is_padded)
 
     # ---- requests in and out ----------------------------------------------------------------------
     def add_requests(

@@ -90,6 +90,8 @@ class RequestProcessor:
             query, document = request.text_pair
             instruction = request.params.instruction or self.model_config.pair_instruction
             return template.format(instruction=instruction, query=query, document=document)
+        if request.text is None:
+            raise RuntimeError(f"request {request.request_id} has neither text nor token ids")
         prompt_name = self._prompt_name(request)
         if prompt_name is None:
             return request.text
@@ -109,8 +111,8 @@ class RequestProcessor:
         """A late-interaction model's query or document side, as sentence-transformers' Transformer
         tokenizes it: the side's length cap (the closing special token kept, as the tokenizer's own
         truncation does), then a query's expansion tokens up to the expansion length."""
-        config = self.model_config.multi_vector
-        if config is None or request.params.input_type is None:
+        config, token_ids = self.model_config.multi_vector, request.token_ids
+        if config is None or request.params.input_type is None or token_ids is None:
             return
         is_query = request.params.input_type == "query"
         expansion = config.query_expansion_length if is_query else None
@@ -121,16 +123,18 @@ class RequestProcessor:
             limit = expansion
         elif expansion is not None and limit is not None:
             limit = max(limit, expansion)
-        if limit is not None and len(request.token_ids) > limit:
-            request.token_ids = [*request.token_ids[: limit - 1], request.token_ids[-1]]
+        if limit is not None and len(token_ids) > limit:
+            token_ids = [*token_ids[: limit - 1], token_ids[-1]]
+            request.token_ids = token_ids
             if request.token_type_ids is not None:
                 request.token_type_ids = request.token_type_ids[:limit]
             request.truncated = True
         # 2. ColBERT's query augmentation: expansion tokens up to the expansion length
-        if expansion is None or len(request.token_ids) >= expansion:
+        expansion_token_id = config.query_expansion_token_id
+        if expansion is None or expansion_token_id is None or len(token_ids) >= expansion:
             return
-        num_expansion = expansion - len(request.token_ids)
-        request.token_ids = [*request.token_ids, *[config.query_expansion_token_id] * num_expansion]
+        num_expansion = expansion - len(token_ids)
+        request.token_ids = [*token_ids, *[expansion_token_id] * num_expansion]
         if request.token_type_ids is not None:
             request.token_type_ids = [*request.token_type_ids, *[0] * num_expansion]
         if not config.query_expansion_attend:
@@ -142,22 +146,22 @@ class RequestProcessor:
         if self._template_tail_ids is None:
             tail = self.model_config.pair_template.rsplit("{document}", 1)[-1]  # type: ignore[union-attr]
             self._template_tail_ids = self.tokenizer.untruncated().encode(tail, add_special_tokens=False).ids
-        tail_ids = self._template_tail_ids
+        tail_ids, token_ids = self._template_tail_ids, request.token_ids or []
         max_length = request.params.max_input_tokens or self.model_config.max_model_len
-        request.token_ids = [*request.token_ids[: max_length - len(tail_ids)], *tail_ids]
+        request.token_ids = [*token_ids[: max_length - len(tail_ids)], *tail_ids]
         request.token_type_ids = [0] * len(request.token_ids)
 
     def _truncate_token_ids(self, request: Request) -> None:
         """Token-id inputs are cut as given, to max_model_len (or the request's max_input_tokens) from the
         request's side (the InputProcessor already refused over-long ones whose request asked not to
         truncate)."""
-        params = request.params
+        params, token_ids = request.params, request.token_ids
         max_length = params.max_input_tokens or self.model_config.max_model_len
-        if len(request.token_ids) <= max_length:
+        if token_ids is None or len(token_ids) <= max_length:
             return
         request.truncated = True
         kept = slice(-max_length, None) if params.truncation_direction == "left" else slice(max_length)
-        request.token_ids = request.token_ids[kept]
+        request.token_ids = token_ids[kept]
         if request.token_type_ids is not None:
             request.token_type_ids = request.token_type_ids[kept]
 

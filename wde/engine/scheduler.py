@@ -49,14 +49,18 @@ class Scheduler:
         is_padded: bool,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
+        if scheduler_config.max_num_batched_tokens is None:
+            raise ValueError(
+                "max_num_batched_tokens is 'auto': schedule with the budget the model runner chose "
+                "(SchedulerConfig.with_budget)"
+            )
         self.config = scheduler_config
         self.request_processor = request_processor
         self.is_padded = is_padded
+        self.max_num_batched_tokens: int = scheduler_config.max_num_batched_tokens
         self.max_num_seqs = scheduler_config.max_num_seqs
         self.queues: dict[int, deque[Request]] = {}  # by priority (lower first); FCFS within one
-        self.max_num_low_priority_tokens = max(
-            1, scheduler_config.max_num_batched_tokens // LOW_PRIORITY_STEP_DIVISOR
-        )
+        self.max_num_low_priority_tokens = max(1, self.max_num_batched_tokens // LOW_PRIORITY_STEP_DIVISOR)
         self.clock = clock
         self.last_interactive_time = -math.inf  # clock time of the last interactive arrival
         # the hold-off (3. above): interactive requests scheduled and not yet finished, the last finish, and
@@ -94,7 +98,7 @@ class Scheduler:
         output.num_tokenized = self.request_processor.process(window)
         output.tokenize_seconds = time.perf_counter() - start
         # 2. admit by priority, FCFS within one, while the budget allows; answer failed tokenization
-        budget = TokenBudget(self.config.max_num_batched_tokens, self.max_num_seqs, self.is_padded)
+        budget = TokenBudget(self.max_num_batched_tokens, self.max_num_seqs, self.is_padded)
         low_priority = TokenBudget(self._low_priority_limit(), self.max_num_seqs, is_padded=False)
         for priority in sorted(self.queues):
             if output.scheduled_requests:
@@ -170,7 +174,7 @@ class Scheduler:
         interactive requests keep arriving."""
         if self.clock() - self.last_interactive_time < INTERACTIVE_WINDOW_SECONDS:
             return self.max_num_low_priority_tokens
-        return self.config.max_num_batched_tokens
+        return self.max_num_batched_tokens
 
     def _in_order(self) -> Iterator[Request]:
         for priority in sorted(self.queues):
