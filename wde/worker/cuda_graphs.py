@@ -25,12 +25,21 @@ from wde.config import CUDA_GRAPH_MODE_NAMES
 
 logger = logging.getLogger(__name__)
 
-DEFAULT_CUDA_GRAPH_BUCKETS = (256, 512, 1024, 2048, 4096, 8192, 16384)
+# Default buckets: 256 doubling up to the budget, so a batch is padded at most 2x. (A fixed list that stopped
+# at 16384 padded every batch between 16k and the "auto" budget, up to 65536 tokens, to the budget: 4x.)
+MIN_DEFAULT_BUCKET = 256
+
+
+def default_buckets(max_num_batched_tokens: int) -> list[int]:
+    buckets = [MIN_DEFAULT_BUCKET]
+    while buckets[-1] * 2 < max_num_batched_tokens:
+        buckets.append(buckets[-1] * 2)
+    return buckets
 
 
 def graph_buckets(requested: Sequence[int] | None, max_num_batched_tokens: int) -> list[int]:
     """Sorted buckets up to the token budget; the budget itself is always the largest bucket."""
-    candidates = DEFAULT_CUDA_GRAPH_BUCKETS if requested is None else requested
+    candidates = default_buckets(max_num_batched_tokens) if requested is None else requested
     for bucket in candidates:
         if isinstance(bucket, bool) or not isinstance(bucket, int) or bucket < 1:
             raise ValueError(f"cuda graph buckets must be positive ints, got {bucket!r}")

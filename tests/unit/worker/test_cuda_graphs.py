@@ -104,3 +104,10 @@ def test_capture_failure_falls_back_to_eager_for_that_bucket(caplog: pytest.LogC
 def test_unknown_mode_is_rejected() -> None:
     with pytest.raises(ValueError, match="cuda_graph_mode 'always' is not one of"):
         CudaGraphManager(BUCKETS, "always", FakeCapturer())
+
+
+def test_default_buckets_double_up_to_the_auto_budget() -> None:
+    """A batch is padded at most 2x, also between 16k tokens and the 65536-token "auto" cap."""
+    assert graph_buckets(None, 65536) == [256, 512, 1024, 2048, 4096, 8192, 16384, 32768, 65536]
+    buckets = graph_buckets(None, 50000)
+    assert all(choose_bucket(num_tokens, buckets) < 2 * num_tokens for num_tokens in range(129, 50001, 97))
