@@ -128,7 +128,8 @@ def _forbid_unknown_fields(schema: dict[str, Any]) -> None:
 
 
 def _subclasses(cls: type) -> list[type]:
-    return [sub for direct in cls.__subclasses__() for sub in (direct, *_subclasses(direct))]
+    direct: list[type] = cls.__subclasses__()
+    return [sub for child in direct for sub in (child, *_subclasses(child))]
 
 
 # ---- the model's limits ---------------------------------------------------------------------------------
@@ -200,7 +201,8 @@ def _constrain_to_model(
     # 4. rerank: raw logits exist only for a cross-encoder; a structured document documented with its
     #    "text" (with rank_fields, other string fields are ranked instead)
     if model_config.task == "embed":
-        components["RerankRequest"]["properties"]["raw_scores"] = {"type": "boolean", "enum": [False]}
+        for name in ("RerankRequest", "CohereRerankRequest"):
+            components[name]["properties"]["raw_scores"] = {"type": "boolean", "enum": [False]}
     cohere = components.get("CohereRerankRequest")
     if cohere is not None:
         _document_structured_documents(cohere)

@@ -21,6 +21,7 @@ from server.infinity_protocol import InfinityClassifyRequest, InfinityClassifyRe
 from server.model_registry import SCORE
 from server.protocol import truncation_of
 from server.responses import ORJSONResponse
+from server.routes import held_engine
 from server.routes.compat import validate_body
 from server.routes.predict import label_scores, ranked_labels
 from server.routes.score import vllm_usage
@@ -56,14 +57,14 @@ async def vllm_classify(body: ClassificationRequest, request: Request) -> ORJSON
     # 2. the engine: logits, activated here
     truncate, max_input_tokens = truncation_of(body.truncate_prompt_tokens)
     async with state.models.use(body.model, SCORE) as model:
-        outputs = await model.engine.classify(
+        outputs = await held_engine(model).classify(
             body.input,
             truncate=truncate,
             raw_scores=True,
             truncation_direction=body.truncation_side,
             max_input_tokens=max_input_tokens,
         )
-        id2label = model.engine.info.model_config.hf_config.get("id2label") or {}
+        id2label = held_engine(model).info.model_config.hf_config.get("id2label") or {}
     num_tokens = sum(output.num_tokens for output in outputs)
     record_usage(request.state, len(outputs), num_tokens)
     # 3. vLLM's shape: the best label, every class's probability in label order
@@ -89,8 +90,8 @@ async def infinity_classify(body: InfinityClassifyRequest, request: Request) -> 
     state = get_state(request)
     state.check_num_inputs(len(body.input), "input")
     async with state.models.use(body.model, SCORE) as model:
-        outputs = await model.engine.classify(body.input, raw_scores=True)
-        id2label = model.engine.info.model_config.hf_config.get("id2label") or {}
+        outputs = await held_engine(model).classify(body.input, raw_scores=True)
+        id2label = held_engine(model).info.model_config.hf_config.get("id2label") or {}
     num_tokens = sum(output.num_tokens for output in outputs)
     record_usage(request.state, len(outputs), num_tokens)
     # Infinity's shape: per input every label with its score, best first (as TEI's /predict)

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from fastapi import APIRouter, Body, Request
+from fastapi import APIRouter, Body, Request, Response
 from fastapi.exceptions import RequestValidationError
 from pydantic import TypeAdapter, ValidationError
 
@@ -62,7 +62,7 @@ def root_bodies(model_config: ModelConfig) -> tuple[str, ...]:
 
 @router.post("/", response_class=ORJSONResponse, description=DESCRIPTION)
 @router.post("/invocations", response_class=ORJSONResponse, description=DESCRIPTION)
-async def compat(request: Request, body: dict[str, Any] = Body(...)) -> ORJSONResponse:  # noqa: B008
+async def compat(request: Request, body: dict[str, Any] = Body(...)) -> Response:  # noqa: B008
     state = get_state(request)
     model = body.get("model")
     model_config = state.models.resolve(model if isinstance(model, str) else None).model_config

@@ -9,6 +9,7 @@ from starlette.concurrency import run_in_threadpool
 from server.app_state import get_state
 from server.protocol import DecodeRequest
 from server.responses import ORJSONResponse
+from server.routes import held_engine
 
 router = APIRouter(tags=["TEI"])
 
@@ -19,7 +20,7 @@ async def decode(body: DecodeRequest, request: Request) -> ORJSONResponse:
     # 1. limits: the number of sequences, and ids inside the vocabulary
     state.check_num_inputs(len(body.ids), "ids")
     async with state.models.use(body.model) as model:
-        tokenizer = model.engine.info.tokenizer
+        tokenizer = held_engine(model).info.tokenizer
     vocab_size = tokenizer.get_vocab_size(with_added_tokens=True)
     for index, ids in enumerate(body.ids):
         largest = max(ids)

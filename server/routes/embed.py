@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import cast
+
 from fastapi import APIRouter, Request
 
 from server.access_log import record_usage
@@ -9,7 +11,9 @@ from server.app_state import get_state
 from server.model_registry import EMBED
 from server.protocol import EmbedRequest
 from server.responses import ORJSONResponse
+from server.routes import held_engine
 from wde.inputs import PoolingParams
+from wde.outputs import EmbeddingOutput
 
 router = APIRouter(tags=["TEI"])
 
@@ -31,7 +35,7 @@ async def embed(body: EmbedRequest, request: Request) -> ORJSONResponse:
         truncation_direction=body.truncation_direction,
     )
     async with state.models.use(body.model, EMBED) as model:
-        outputs = await model.engine.encode(body.inputs, params)
+        outputs = await held_engine(model).encode(body.inputs, params)
     record_usage(request.state, len(outputs), sum(output.num_tokens for output in outputs))
     # 3. float32 (or quantized int8 / uint8) vectors straight to orjson
-    return ORJSONResponse([output.embedding for output in outputs])
+    return ORJSONResponse([output.embedding for output in cast(list[EmbeddingOutput], outputs)])

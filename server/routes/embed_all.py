@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+from typing import cast
+
 from fastapi import APIRouter, Request, Response
 
 from server.access_log import record_usage
@@ -10,6 +12,7 @@ from server.app_state import get_state
 from server.model_registry import EMBED
 from server.protocol import EmbedAllRequest
 from server.responses import streamed_json_array
+from server.routes import held_engine
 from wde.inputs import PoolingParams
 from wde.outputs import MultiVectorOutput
 
@@ -30,7 +33,7 @@ async def embed_all(body: EmbedAllRequest, request: Request) -> Response:
         truncation_direction=body.truncation_direction,
     )
     async with state.models.use(body.model, EMBED) as model:
-        outputs: list[MultiVectorOutput] = await model.engine.encode(body.inputs, params)
+        outputs = cast(list[MultiVectorOutput], await held_engine(model).encode(body.inputs, params))
     record_usage(request.state, len(outputs), sum(output.num_tokens for output in outputs))
     # 3. TEI's shape, streamed an input at a time: its [num_vectors, size] float32 array straight to orjson
     return streamed_json_array([output.vectors for output in outputs])

@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+from typing import cast
+
 from fastapi import APIRouter, Request
 
 from server.access_log import record_usage
@@ -10,6 +12,7 @@ from server.app_state import get_state
 from server.model_registry import EMBED
 from server.protocol import EmbedSparseRequest, SparseValue
 from server.responses import ORJSONResponse
+from server.routes import held_engine
 from wde.inputs import PoolingParams
 from wde.outputs import SparseEmbeddingOutput
 
@@ -30,7 +33,7 @@ async def embed_sparse(body: EmbedSparseRequest, request: Request) -> ORJSONResp
         truncation_direction=body.truncation_direction,
     )
     async with state.models.use(body.model, EMBED) as model:
-        outputs: list[SparseEmbeddingOutput] = await model.engine.encode(body.inputs, params)
+        outputs = cast(list[SparseEmbeddingOutput], await held_engine(model).encode(body.inputs, params))
     record_usage(request.state, len(outputs), sum(output.num_tokens for output in outputs))
     # 3. TEI's shape
     return ORJSONResponse([sparse_values(output) for output in outputs])

@@ -13,6 +13,7 @@ from server.errors import ServerDrainingError
 from server.model_registry import ServedModel
 from server.protocol import HealthResponse, InfoResponse
 from server.responses import ORJSONResponse
+from server.routes import held_engine
 from wde.entrypoints.engine_thread import EngineDeadError, EngineState, EngineUnavailableError
 
 router = APIRouter(tags=["TEI"])
@@ -31,9 +32,9 @@ async def health(request: Request) -> ORJSONResponse:
     if state.draining:
         raise ServerDrainingError("the server is shutting down")
     for model in state.models.loaded():
-        if model.evicting:
-            continue  # unloading for another model: not a failure
         engine = model.engine
+        if model.evicting or engine is None:
+            continue  # unloading for another model: not a failure
         prefix = f"model {model.name!r}: " if state.models.is_multi_model else ""
         if engine.state == EngineState.FAILED:
             raise EngineDeadError(prefix + engine.unavailable_reason)
@@ -64,7 +65,7 @@ def describe(state: AppState, model: ServedModel) -> dict:
     elif model.config is not None:
         engine_config, attention_backend = model.config, None
     else:
-        engine_config, attention_backend = engine.info.engine_config, None  # raises 503 while loading
+        engine_config, attention_backend = held_engine(model).info.engine_config, None  # 503 while loading
     model_config = engine_config.model_config
     scheduler_config = engine_config.scheduler_config
     max_batch_tokens = scheduler_config.max_num_batched_tokens

@@ -13,6 +13,7 @@ from server.app_state import get_state
 from server.model_registry import EMBED
 from server.protocol import EmbeddingRequest, EmbeddingResponse, ModelList
 from server.responses import ORJSONResponse, dumps, streamed_json_array
+from server.routes import held_engine
 from wde.inputs import PoolingParams
 from wde.outputs import CombinedEmbeddingOutput, EmbeddingOutput, MultiVectorOutput, SparseEmbeddingOutput
 
@@ -37,7 +38,7 @@ async def create_embeddings(body: EmbeddingRequest, request: Request) -> Respons
         long_input=body.long_input,
     )
     async with state.models.use(body.model, EMBED) as model:  # 404 for a model not served
-        outputs = await model.engine.encode(body.input, params)
+        outputs = await held_engine(model).encode(body.input, params)
     # 3. the response: each kind as floats, or base64 of little-endian float32 (int32 sparse ids)
     base64_format = body.encoding_format == "base64"
     num_tokens = sum(output.num_tokens for output in outputs)
@@ -87,5 +88,5 @@ def embedding_value(
     return output.embedding
 
 
-def _base64(array: np.ndarray, dtype: str) -> str:
+def _base64(array: np.ndarray, dtype: str | np.dtype) -> str:
     return base64.b64encode(np.ascontiguousarray(array, dtype=dtype).tobytes()).decode("ascii")

@@ -8,7 +8,7 @@ from __future__ import annotations
 import base64
 import time
 import uuid
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 from fastapi import APIRouter, Request
@@ -18,10 +18,12 @@ from server.app_state import get_state
 from server.errors import UnpairedFieldsError
 from server.protocol import truncation_of
 from server.responses import ORJSONResponse
+from server.routes import held_engine
 from server.routes.predict import label_scores
 from server.routes.score import vllm_usage
 from server.vllm_protocol import PoolingRequest, PoolingResponse
 from wde.inputs import PoolingParams
+from wde.outputs import EmbeddingOutput, MultiVectorOutput
 
 router = APIRouter(tags=["vLLM"])
 
@@ -33,16 +35,19 @@ async def pooling(body: PoolingRequest, request: Request) -> ORJSONResponse:
     state.check_num_inputs(len(body.input), "input")
     # 2. the engine: the task asked, else the model's own (a model of the other task answers 400)
     truncate, max_input_tokens = truncation_of(body.truncate_prompt_tokens)
-    truncation = {"truncation_direction": body.truncation_side, "max_input_tokens": max_input_tokens}
     async with state.models.use(body.model) as model:
-        engine = model.engine
+        engine = held_engine(model)
         task = body.task or ("classify" if engine.info.model_config.task == "score" else "embed")
         values: list[np.ndarray]
         if task == "classify":
             if body.dimensions is not None:
                 raise UnpairedFieldsError("dimensions applies to task embed, not to classify")
             outputs: list[Any] = await engine.classify(
-                body.input, truncate=truncate, raw_scores=True, **truncation
+                body.input,
+                truncate=truncate,
+                raw_scores=True,
+                truncation_direction=body.truncation_side,
+                max_input_tokens=max_input_tokens,
             )
             values = [label_scores(output.scores, body.use_activation is False) for output in outputs]
         else:
@@ -52,10 +57,14 @@ async def pooling(body: PoolingRequest, request: Request) -> ORJSONResponse:
                 dimensions=body.dimensions,
                 truncate=truncate,
                 output="dense" if dense else "multi_vector",
-                **truncation,
+                truncation_direction=body.truncation_side,
+                max_input_tokens=max_input_tokens,
             )
             outputs = await engine.encode(body.input, params)
-            values = [output.embedding if dense else output.vectors for output in outputs]
+            if dense:
+                values = [output.embedding for output in cast(list[EmbeddingOutput], outputs)]
+            else:
+                values = [output.vectors for output in cast(list[MultiVectorOutput], outputs)]
     num_tokens = sum(output.num_tokens for output in outputs)
     record_usage(request.state, len(outputs), num_tokens)
     # 3. vLLM's shape: floats, or base64 of little-endian float32

@@ -16,6 +16,7 @@ from server.app_state import get_state
 from server.model_registry import SCORE
 from server.protocol import Prediction, PredictRequest
 from server.responses import ORJSONResponse
+from server.routes import held_engine
 
 router = APIRouter(tags=["TEI"])
 
@@ -30,10 +31,10 @@ async def predict(body: PredictRequest, request: Request) -> ORJSONResponse:
     state.check_num_inputs(len(inputs), "inputs")
     # 2. the engine: logits, activated here as TEI does
     async with state.models.use(body.model, SCORE) as model:
-        outputs = await model.engine.classify(
+        outputs = await held_engine(model).classify(
             inputs, truncate=body.truncate, raw_scores=True, truncation_direction=body.truncation_direction
         )
-        id2label = model.engine.info.model_config.hf_config.get("id2label") or {}
+        id2label = held_engine(model).info.model_config.hf_config.get("id2label") or {}
     record_usage(request.state, len(outputs), sum(output.num_tokens for output in outputs))
     predictions = [
         ranked_labels(label_scores(output.scores, body.raw_scores), id2label) for output in outputs

@@ -27,6 +27,7 @@ from server.protocol import (
     truncation_of,
 )
 from server.responses import ORJSONResponse
+from server.routes import held_engine
 
 router = APIRouter(tags=["rerank"])
 
@@ -54,7 +55,7 @@ async def tei_rerank(body: RerankRequest, request: Request) -> ORJSONResponse:
     state.check_num_inputs(len(body.texts), "texts")
     # 2. the engine (bad input raises: 422 / 400)
     async with state.models.use(body.model, SCORE) as model:
-        results, num_tokens = await model.engine.rerank(
+        results, num_tokens = await held_engine(model).rerank(
             body.query,
             body.texts,
             return_documents=body.return_text,
@@ -69,7 +70,7 @@ async def tei_rerank(body: RerankRequest, request: Request) -> ORJSONResponse:
     # 3. TEI's shape: [{"index", "score", "text"?}], best first
     ranks: list[dict[str, Any]] = []
     for result in results:
-        rank = {"index": result.index, "score": result.score}
+        rank: dict[str, Any] = {"index": result.index, "score": result.score}
         if body.return_text:
             rank["text"] = result.document
         ranks.append(rank)
@@ -83,7 +84,7 @@ async def cohere_rerank(body: CohereRerankRequest, request: Request, api_version
     # 2. the model (404 for one not served) and the engine
     truncate, max_input_tokens = truncation_of(body.truncate_prompt_tokens)
     async with state.models.use(body.model, SCORE) as model:
-        results, num_tokens = await model.engine.rerank(
+        results, num_tokens = await held_engine(model).rerank(
             body.query,
             body.document_texts(),
             top_n=body.top_n,

@@ -14,6 +14,7 @@ from server.app_state import get_state
 from server.model_registry import SCORE
 from server.protocol import truncation_of
 from server.responses import ORJSONResponse
+from server.routes import held_engine
 from server.vllm_protocol import ScoreRequest, ScoreResponse
 
 router = APIRouter(tags=["vLLM"])
@@ -29,7 +30,7 @@ async def score(body: ScoreRequest, request: Request) -> ORJSONResponse:
     # 2. the engine: a cross-encoder first when the request names no model
     truncate, max_input_tokens = truncation_of(body.truncate_prompt_tokens)
     async with state.models.use(body.model, SCORE) as model:
-        outputs = await model.engine.score(
+        outputs = await held_engine(model).score(
             texts_1 if len(texts_1) > 1 else texts_1[0],
             texts_2,
             truncate=truncate,

@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+from typing import cast
+
 import numpy as np
 from fastapi import APIRouter, Request
 
@@ -11,7 +13,9 @@ from server.app_state import get_state
 from server.model_registry import EMBED
 from server.protocol import SimilarityParameters, SimilarityRequest
 from server.responses import ORJSONResponse
+from server.routes import held_engine
 from wde.inputs import PoolingParams
+from wde.outputs import EmbeddingOutput
 
 router = APIRouter(tags=["TEI"])
 
@@ -23,7 +27,7 @@ async def similarity(body: SimilarityRequest, request: Request) -> ORJSONRespons
     sentences = body.inputs.sentences
     state.check_num_inputs(len(sentences), "inputs.sentences")
     # 2. the engine: the source and every sentence embedded in one call, normalized
-    parameters = body.parameters or SimilarityParameters()
+    parameters = body.parameters or SimilarityParameters.model_validate({})
     params = PoolingParams(
         normalize=True,
         truncate=parameters.truncate,
@@ -32,9 +36,10 @@ async def similarity(body: SimilarityRequest, request: Request) -> ORJSONRespons
         truncation_direction=parameters.truncation_direction,
     )
     async with state.models.use(body.model, EMBED) as model:
-        outputs = await model.engine.encode([body.inputs.source_sentence, *sentences], params)
+        outputs = await held_engine(model).encode([body.inputs.source_sentence, *sentences], params)
     record_usage(request.state, len(outputs), sum(output.num_tokens for output in outputs))
     # 3. cosine similarities: dot products of unit vectors
-    source = outputs[0].embedding  # [hidden_size]
-    others = np.stack([output.embedding for output in outputs[1:]])  # [num_sentences, hidden_size]
+    vectors = cast(list[EmbeddingOutput], outputs)  # output "dense"
+    source = vectors[0].embedding  # [hidden_size]
+    others = np.stack([output.embedding for output in vectors[1:]])  # [num_sentences, hidden_size]
     return ORJSONResponse((others @ source).tolist())

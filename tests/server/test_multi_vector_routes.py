@@ -153,7 +153,7 @@ async def test_dense_only_model_answers_400_naming_its_kinds(async_engine: Async
     [
         ({"inputs": []}, 422, "inputs"),
         ({"inputs": "x", "input_type": "passage"}, 422, "input_type"),
-        ({"inputs": "x", "normalize": True}, 422, "normalize"),
+        ({"inputs": "x", "truncation_direction": "middle"}, 422, "truncation_direction"),
         ({"inputs": ["a", "b", "c"]}, 413, "--max-client-batch-size"),
         ({"inputs": ["word " * 100], "truncate": False}, 400, "max_model_len"),
     ],
