@@ -130,6 +130,7 @@ def bundled_model(wheels_dir: Path) -> str | None:
 def run_step(name: str, command: list[str], log: Path, timeout_s: float, env: dict[str, str]) -> StepResult:
     """A subprocess with its output in ``log``, stopped (its whole process group) at ``timeout_s``."""
     start = time.monotonic()
+    print(f"gpu-check: {name} (at most {timeout_s:.0f} s, log {log})", flush=True)
     with log.open("w") as out:
         process = subprocess.Popen(
             command, stdout=out, stderr=subprocess.STDOUT, env=env, cwd=REPO_ROOT, start_new_session=True
@@ -140,7 +141,12 @@ def run_step(name: str, command: list[str], log: Path, timeout_s: float, env: di
             os.killpg(process.pid, 9)
             process.wait()
             returncode = None
-    return StepResult(name, time.monotonic() - start, returncode, log)
+    seconds = time.monotonic() - start
+    print(
+        f"gpu-check: {name} {'timed out' if returncode is None else f'exit {returncode}'} in {seconds:.0f} s",
+        flush=True,
+    )
+    return StepResult(name, seconds, returncode, log)
 
 
 def test_summary(junit_xml: Path) -> list[str]:
