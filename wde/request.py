@@ -38,10 +38,6 @@ class RequestStatus(enum.Enum):
     FAILED = "failed"
     ABORTED = "aborted"
 
-    @property
-    def is_finished(self) -> bool:
-        return self in (RequestStatus.FINISHED, RequestStatus.FAILED, RequestStatus.ABORTED)
-
 
 @dataclass(eq=False)
 class Request:

@@ -36,7 +36,6 @@ class SchedulerOutput:
     scheduled_requests: list[Request] = field(default_factory=list)
     # Requests that failed before running (e.g. too long with truncation off): answered now.
     failed_requests: list[Request] = field(default_factory=list)
-    num_batched_tokens: int = 0  # the budget's charge for this batch
     num_tokenized: int = 0  # requests tokenized by this step's batched call
     tokenize_seconds: float = 0.0
 
@@ -110,7 +109,6 @@ class Scheduler:
             if not self._admit(queue, budget, None if is_interactive else low_priority, output):
                 break  # never skip ahead of the head of a queue, nor of a higher priority
         self._note_scheduled(output.scheduled_requests)
-        output.num_batched_tokens = budget.cost
         return output
 
     def finish(self, requests: Iterable[Request]) -> None:

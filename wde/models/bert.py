@@ -108,7 +108,7 @@ class BertEncoder(nn.Module):
 
 
 class BertPooler(nn.Module):
-    """BERT's pooler: dense + tanh on the first token's state (used by the classification head)."""
+    """BERT's pooler: dense + tanh on the first token's state (used by the classifier head)."""
 
     def __init__(self, hidden_size: int) -> None:
         super().__init__()

@@ -23,7 +23,7 @@ from wde.models.bert import BertSelfOutput
 from wde.models.block_compile import compile_each
 from wde.models.interface import WdeModel
 from wde.models.weight_names import WeightTarget, fused_qkv_target, load_weights_by_name
-from wde.models.xlm_roberta import RobertaClassificationHead
+from wde.models.xlm_roberta import ClassifierHead
 
 # transformers' MPNetEmbeddings fixes padding_idx at 1 whatever config.json says: positions start at 2.
 PADDING_IDX = 1
@@ -171,7 +171,7 @@ class MPNetForSequenceClassification(WdeModel):
     def __init__(self, config: dict[str, Any]) -> None:
         super().__init__(config)
         self.mpnet = MPNetModel(config)
-        self.classifier = RobertaClassificationHead(config)
+        self.classifier = ClassifierHead(config)
 
     def forward(
         self, input_ids: torch.Tensor, positions: torch.Tensor, token_type_ids: torch.Tensor | None = None

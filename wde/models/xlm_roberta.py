@@ -26,8 +26,9 @@ class XLMRobertaModel(BertModel):
         return BertEmbeddings(config, position_offset=self.reserved_positions(config))
 
 
-class RobertaClassificationHead(nn.Module):
-    """dense -> tanh -> out_proj on the first token (<s>)."""
+class ClassifierHead(nn.Module):
+    """The classifier head of RoBERTa-style cross-encoders (XLM-RoBERTa, MPNet): dense -> tanh -> out_proj on
+    the first token (<s>)."""
 
     def __init__(self, config: dict[str, Any]) -> None:
         super().__init__()
@@ -48,7 +49,7 @@ class XLMRobertaForSequenceClassification(WdeModel):
     def __init__(self, config: dict[str, Any]) -> None:
         super().__init__(config)
         self.roberta = XLMRobertaModel(config)
-        self.classifier = RobertaClassificationHead(config)
+        self.classifier = ClassifierHead(config)
 
     def forward(
         self, input_ids: torch.Tensor, positions: torch.Tensor, token_type_ids: torch.Tensor | None = None

@@ -1,5 +1,5 @@
-"""Cross-encoder head: the model's classifier (``compute_logits(hidden, meta)``: it pools as its family
-does, e.g. the first token, the mean, or the last token), then the activation
+"""The score task's pooler: the model's classifier head (``compute_logits(hidden, meta)``: it pools as its
+family does, e.g. the first token, the mean, or the last token), then the activation
 (sigmoid / softmax / identity, as sentence-transformers' CrossEncoder resolves it) unless raw scores
 were asked for."""
 
