@@ -105,9 +105,19 @@ def st_dir(windowed_lm_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> P
     return save_last_token_st(windowed_lm_dir, tmp_path_factory.mktemp("st-mistral") / "model", PROMPTS)
 
 
+@pytest.fixture(scope="module", params=CPU_BACKEND_NAMES)
+def backend_name(request: pytest.FixtureRequest, st_dir: Path) -> str:
+    """Every CPU attention backend; one that cannot run here (varlen_cpu: causal layers) is skipped with the
+    selector's reason."""
+    refusal = backend_refusal(st_dir, request.param)
+    if refusal is not None:
+        pytest.skip(refusal)
+    return str(request.param)
+
+
 @pytest.fixture(scope="module")
-def st_llm(st_dir: Path) -> Iterator[wde.LLM]:
-    llm = wde.LLM(str(st_dir), device="cpu", dtype="float32")
+def st_llm(st_dir: Path, backend_name: str) -> Iterator[wde.LLM]:
+    llm = wde.LLM(str(st_dir), device="cpu", dtype="float32", attention_backend=backend_name)
     yield llm
     llm.engine.shutdown()
 
@@ -156,7 +166,7 @@ def test_sliding_window_changes_the_output(request: pytest.FixtureRequest, dir_f
     assert max_abs_diff(windowed, full) >= MIN_WINDOW_EFFECT
 
 
-# ---- the LLM API -------------------------------------------------------------------------------------------
+# ---- the LLM API, per backend ------------------------------------------------------------------------------
 def test_tokenizer_adds_bos_and_eos(st_dir: Path) -> None:
     """wde's tokenizer gives transformers' ids: ``<s> ... </s>``, whose ``</s>`` last-token pooling reads."""
     from transformers import AutoTokenizer

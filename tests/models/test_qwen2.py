@@ -119,9 +119,19 @@ def st_dir(causal_lm_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Pat
     return save_last_token_st(causal_lm_dir, tmp_path_factory.mktemp("st-qwen2") / "model", PROMPTS)
 
 
+@pytest.fixture(scope="module", params=CPU_BACKEND_NAMES)
+def backend_name(request: pytest.FixtureRequest, st_dir: Path) -> str:
+    """Every CPU attention backend; one that cannot run here (varlen_cpu: causal layers) is skipped with the
+    selector's reason."""
+    refusal = backend_refusal(st_dir, request.param)
+    if refusal is not None:
+        pytest.skip(refusal)
+    return str(request.param)
+
+
 @pytest.fixture(scope="module")
-def st_llm(st_dir: Path) -> Iterator[wde.LLM]:
-    llm = wde.LLM(str(st_dir), device="cpu", dtype="float32")
+def st_llm(st_dir: Path, backend_name: str) -> Iterator[wde.LLM]:
+    llm = wde.LLM(str(st_dir), device="cpu", dtype="float32", attention_backend=backend_name)
     yield llm
     llm.engine.shutdown()
 
@@ -183,7 +193,7 @@ def test_head_dim_and_grouped_query_heads(qwen2_dir: Path) -> None:
     assert config["num_key_value_heads"] < config["num_attention_heads"]
 
 
-# ---- the LLM API -------------------------------------------------------------------------------------------
+# ---- the LLM API, per backend ------------------------------------------------------------------------------
 def test_encode_equals_sentence_transformers(st_llm: wde.LLM, st_dir: Path) -> None:
     from sentence_transformers import SentenceTransformer
 
