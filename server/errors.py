@@ -135,6 +135,8 @@ def error_kind(error: BaseException) -> ErrorKind:
 
 # vLLM's unversioned pooling routes and the unversioned OpenAI ones answer OpenAI's error shape too.
 OPENAI_SHAPED_PATHS = frozenset({"/score", "/classify", "/pooling", "/embeddings", "/models"})
+# TEI's OpenAI route: its errors carry TEI's OpenAICompatErrorResponse fields (message, code, error_type) too.
+TEI_OPENAI_PATHS = frozenset({"/v1/embeddings", "/embeddings"})
 
 
 def is_openai_path(path: str) -> bool:
@@ -155,6 +157,8 @@ def error_response(
         body: dict[str, Any] = {
             "error": {"message": message, "type": kind.openai_type, "param": param, "code": kind.openai_code}
         }
+        if path in TEI_OPENAI_PATHS:  # TEI's documented shape of its OpenAI route's errors, alongside
+            body.update(message=message, code=kind.status, error_type=kind.tei_type)
     else:
         body = {"error": message, "error_type": kind.tei_type}
     headers = dict(getattr(error, "headers", None) or {})
