@@ -110,6 +110,8 @@ class LLM:
         instruction: str | None = None,
         long_input: str | None = None,
         chunk_score: str | None = None,
+        truncation_direction: str = "right",
+        max_input_tokens: int | None = None,
         batch_size: int | None = None,
         show_progress: bool = False,
     ) -> list[ScoreOutput]:
@@ -120,6 +122,8 @@ class LLM:
         returns the cosine similarity of the two texts' embeddings. An LLM reranker (Qwen3-Reranker) formats
         each pair with its prompt template; ``instruction`` replaces the template's instruction.
         ``long_input="chunk"`` scores a long text_2 by its windows (``chunk_score``: max, mean, first).
+        ``truncation_direction="left"`` keeps the end of an over-long pair; ``max_input_tokens`` cuts each
+        pair to that many tokens (vLLM's ``truncate_prompt_tokens``).
         """
         params = PoolingParams(
             truncate=truncate,
@@ -127,6 +131,8 @@ class LLM:
             instruction=instruction,
             long_input=long_input,
             chunk_score=chunk_score,
+            truncation_direction=truncation_direction,
+            max_input_tokens=max_input_tokens,
         )
         plan = tasks.score(self.model_config, text_1, text_2, params, self.chunker)
         return self._drive(plan, batch_size, show_progress)
@@ -144,17 +150,22 @@ class LLM:
         max_tokens_per_doc: int | None = None,
         long_input: str | None = None,
         chunk_score: str | None = None,
+        truncation_direction: str = "right",
+        max_input_tokens: int | None = None,
         batch_size: int | None = None,
     ) -> list[RerankResult]:
         """Documents sorted by relevance to ``query`` (highest first), each with its original ``index``;
         ``max_tokens_per_doc`` cuts each document to that many tokens first (Cohere's cap);
-        ``long_input="chunk"`` scores a long document by its windows (``chunk_score``: max, mean, first)."""
+        ``long_input="chunk"`` scores a long document by its windows (``chunk_score``: max, mean, first);
+        ``truncation_direction`` / ``max_input_tokens`` as in ``score``."""
         params = PoolingParams(
             truncate=truncate,
             raw_scores=raw_scores,
             instruction=instruction,
             long_input=long_input,
             chunk_score=chunk_score,
+            truncation_direction=truncation_direction,
+            max_input_tokens=max_input_tokens,
         )
         plan = tasks.rerank(
             self.model_config,
@@ -176,12 +187,20 @@ class LLM:
         *,
         truncate: bool | None = None,
         raw_scores: bool = False,
+        truncation_direction: str = "right",
+        max_input_tokens: int | None = None,
         batch_size: int | None = None,
     ) -> list[ScoreOutput]:
         """A classifier's scores (every label, after the model's activation unless ``raw_scores``) of single
-        texts or (text_1, text_2) pairs, in order."""
+        texts or (text_1, text_2) pairs, in order; ``truncation_direction`` / ``max_input_tokens`` as in
+        ``score``."""
         prompts = [inputs] if isinstance(inputs, (str, tuple)) else inputs
-        params = PoolingParams(truncate=truncate, raw_scores=raw_scores)
+        params = PoolingParams(
+            truncate=truncate,
+            raw_scores=raw_scores,
+            truncation_direction=truncation_direction,
+            max_input_tokens=max_input_tokens,
+        )
         return self._drive(tasks.classify(self.model_config, prompts, params), batch_size, False)
 
     def _drive(self, plan: tasks.Plan, batch_size: int | None, show_progress: bool) -> Any:
