@@ -4,6 +4,11 @@ with task "score").
 Per layer: RMSNorm -> attention (causal, grouped-query heads of the config's ``head_dim``, q/k RMSNorm per
 head, then RoPE) -> residual -> RMSNorm -> SwiGLU MLP -> residual; a final RMSNorm. Embeddings pool the last
 token (Qwen3-Embedding appends ``<|endoftext|>`` through its tokenizer's post-processor), normalized.
+``"is_causal": false`` in config.json makes the attention bidirectional, as transformers' masks read it.
+
+Qwen2 and Mistral (``qwen2.py``, ``mistral.py``) are this decoder with their own attention class
+(``Qwen3Model.attention_cls``): what differs is declared on ``Qwen3Attention`` (``qk_norm``,
+``projection_biases``, ``sliding_window``).
 """
 
 from __future__ import annotations
@@ -115,9 +120,7 @@ class Qwen3Attention(nn.Module):
                 num_heads=self.num_heads,
                 num_kv_heads=self.num_kv_heads,
                 head_size=self.head_size,
-                causal=bool(
-                    config.get("is_causal", True)
-                ),  # is_causal: false, as transformers' masks read it
+                causal=bool(config.get("is_causal", True)),  # "is_causal": false as transformers reads it
                 sliding_window=attention_window(config, self.sliding_window(config, layer_index)),
             )
         )
