@@ -65,6 +65,8 @@ class LLM:
         input_type: str | None = None,
         precision: str | None = None,
         long_input: str | None = None,
+        truncation_direction: str = "right",
+        max_input_tokens: int | None = None,
         decode: bool = False,
         batch_size: int | None = None,
         show_progress: bool = False,
@@ -83,7 +85,8 @@ class LLM:
         sequences of one forward pass (the token budget still applies). Raises ``ValueError`` /
         ``TypeError`` for bad input before anything runs (``OutputNotSupportedError`` names the kinds the
         model serves), and ``ValueError`` naming the input when one could not run (too long with
-        ``truncate=False``); the engine stays usable either way.
+        ``truncate=False``); the engine stays usable either way. ``truncation_direction="left"`` keeps the
+        end of an over-long input; ``max_input_tokens`` cuts every input to that many tokens.
         """
         params = PoolingParams(
             normalize,
@@ -95,6 +98,8 @@ class LLM:
             input_type=input_type,
             precision=precision,
             long_input=long_input,
+            truncation_direction=truncation_direction,
+            max_input_tokens=max_input_tokens,
         )
         tokenizer = self.engine.tokenizer.untruncated() if decode else None
         plan = tasks.encode(self.model_config, texts, params, tokenizer, self.calibration, self.chunker)
