@@ -25,7 +25,8 @@ def run_batch(runner: Any, requests: list[Request], clock: ForwardClock) -> list
     """Build and run one batch (``runner`` is the executor's ``ModelRunner``); raises what they raise."""
     batch = runner.prepare_inputs(requests)
     with clock:
-        return runner.execute_model(batch)
+        outputs: list[Any] = runner.execute_model(batch)
+    return outputs
 
 
 class CulpritSearch:

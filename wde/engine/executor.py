@@ -18,6 +18,9 @@ from wde.request import Request
 class ModelRunner(Protocol):
     """What the engine needs of a runner (defined in wde.worker; the engine never imports torch)."""
 
+    # the attention backend class it chose (``name``, ``is_padded``), None until the model is loaded
+    attn_backend_cls: Any
+
     def prepare_inputs(self, requests: list[Request]) -> Any: ...
 
     def execute_model(self, batch: Any) -> list[Any]: ...

@@ -18,7 +18,7 @@ from wde.engine.memory_trimmer import MemoryTrimmer
 from wde.engine.scheduler import SchedulerOutput
 from wde.engine.stats import BatchStats, StepStats
 from wde.engine.workflow import Workflow, get_workflow
-from wde.inputs import PoolingParams, PromptType
+from wde.inputs import PoolingParams, PromptType, TextPair
 from wde.outputs import RequestOutput
 from wde.request import PRIORITY_INTERACTIVE, Request, RequestStatus
 from wde.tokenizer import Tokenizer
@@ -97,7 +97,7 @@ class LLMEngine:
     def add_requests(
         self,
         request_ids: Sequence[str],
-        prompts: Sequence[PromptType],
+        prompts: Sequence[PromptType | TextPair],  # pairs: a cross-encoder's (text_1, text_2)
         params: PoolingParams | None = None,
         *,
         priority: int = PRIORITY_INTERACTIVE,

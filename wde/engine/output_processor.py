@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from typing import Any
 
 from wde.engine.executor import BatchResult
 from wde.outputs import (
@@ -21,6 +22,13 @@ from wde.outputs import (
 from wde.request import Request, RequestStatus
 
 
+def _error_of(request: Request) -> Exception:
+    """A request the scheduler failed carries its error; never None there."""
+    if request.error is None:
+        return RuntimeError(f"request {request.request_id} failed without an error (an engine bug)")
+    return request.error
+
+
 def _metrics(request: Request, finished_time: float) -> RequestMetrics:
     return RequestMetrics(request.arrival_time, request.scheduled_time, finished_time, request.tokenize_span)
 
@@ -28,7 +36,9 @@ def _metrics(request: Request, finished_time: float) -> RequestMetrics:
 class OutputProcessor:
     def process(self, results: list[BatchResult], failed: list[Request]) -> list[RequestOutput]:
         now = time.monotonic()
-        outputs: list[RequestOutput] = [ErrorOutput(r.request_id, r.error, _metrics(r, now)) for r in failed]
+        outputs: list[RequestOutput] = [
+            ErrorOutput(r.request_id, _error_of(r), _metrics(r, now)) for r in failed
+        ]
         for result in results:
             for row, request in enumerate(result.requests):
                 if request.status == RequestStatus.ABORTED:
@@ -44,7 +54,7 @@ class OutputProcessor:
                 outputs.append(self.make_output(request, result.outputs[row], _metrics(request, now)))
         return outputs
 
-    def make_output(self, request: Request, output: object, metrics: RequestMetrics) -> RequestOutput:
+    def make_output(self, request: Request, output: Any, metrics: RequestMetrics) -> RequestOutput:
         raise NotImplementedError
 
 
@@ -52,7 +62,7 @@ class EmbeddingOutputProcessor(OutputProcessor):
     """A dense vector, a sparse one, token vectors, or several of them (the kinds the request asked for)."""
 
     def make_output(
-        self, request: Request, output: object, metrics: RequestMetrics
+        self, request: Request, output: Any, metrics: RequestMetrics
     ) -> SingleKindOutput | CombinedEmbeddingOutput:
         if isinstance(output, dict):  # several kinds: {kind: result}
             outputs = {kind: self.make_output(request, result, metrics) for kind, result in output.items()}
@@ -67,5 +77,5 @@ class EmbeddingOutputProcessor(OutputProcessor):
 
 
 class ScoreOutputProcessor(OutputProcessor):
-    def make_output(self, request: Request, output: object, metrics: RequestMetrics) -> ScoreOutput:
+    def make_output(self, request: Request, output: Any, metrics: RequestMetrics) -> ScoreOutput:
         return ScoreOutput(request.request_id, output, request.num_tokens, metrics)

@@ -137,17 +137,17 @@ def aggregate_embeddings(
 ) -> list[EmbeddingOutput]:
     """Per text, the token-count-weighted mean of its windows' unnormalized embeddings, then Matryoshka
     truncation and normalization (the module docstring's formula)."""
-    sums: list[np.ndarray | None] = [None] * num_texts
+    sums: dict[int, np.ndarray] = {}  # text -> sum of n_i * e_i, float64 [hidden_size]
     counts = [0] * num_texts
     first: dict[int, EmbeddingOutput] = {}  # each text's first window: its request id and metrics
     for output, owner in zip(outputs, owners, strict=True):
         weighted = output.embedding.astype(np.float64) * output.num_tokens
-        sums[owner] = weighted if sums[owner] is None else sums[owner] + weighted
+        sums[owner] = sums[owner] + weighted if owner in sums else weighted
         counts[owner] += output.num_tokens
         first.setdefault(owner, output)
     results = []
     for owner in range(num_texts):
-        vector = (sums[owner] / counts[owner])[:dimensions]  # type: ignore[operator]
+        vector = (sums[owner] / counts[owner])[:dimensions]
         if normalize:
             vector = vector / max(float(np.linalg.norm(vector)), 1e-12)
         results.append(

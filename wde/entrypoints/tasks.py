@@ -15,7 +15,7 @@ import asyncio
 import dataclasses
 from collections.abc import Awaitable, Callable, Generator, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
@@ -162,10 +162,20 @@ def encode(
                     model_config, calibration.texts, float_params, chunker
                 )
                 ranges = calibration.store(float_params, np.stack([output.embedding for output in reference]))
-        quantized = quantize(np.stack([output.embedding for output in outputs]), precision, ranges)
-        for output, row in zip(outputs, quantized, strict=True):
+        dense = _dense(outputs, precision)
+        quantized = quantize(np.stack([output.embedding for output in dense]), precision, ranges)
+        for output, row in zip(dense, quantized, strict=True):
             output.embedding = row
     return outputs
+
+
+def _dense(outputs: Sequence[RequestOutput], precision: str) -> list[EmbeddingOutput]:
+    """The outputs a precision applies to: dense vectors only (PoolingParams.verify refuses it for other
+    kinds before anything runs)."""
+    dense = [output for output in outputs if isinstance(output, EmbeddingOutput)]
+    if len(dense) != len(outputs):
+        raise OutputNotSupportedError(f"precision {precision!r} applies to dense output only")
+    return dense
 
 
 def embed(
@@ -363,7 +373,7 @@ def classify(model_config: ModelConfig, inputs: Sequence[str | TextPair], params
 
 def as_prompt_list(prompts: Any) -> list[PromptType | TextPair]:
     if isinstance(prompts, (str, dict)):
-        return [prompts]
+        return [cast(PromptType, prompts)]
     if not isinstance(prompts, Sequence):
         kind = type(prompts).__name__
         raise TypeError(f"texts must be a str or a list of str (or of prompt dicts), got {kind}")

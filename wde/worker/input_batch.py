@@ -44,7 +44,7 @@ class InputBatch:
         num_tokens = sum(seq_lens)
         # 1. token ids, back to back
         input_ids = np.fromiter(
-            (token_id for request in requests for token_id in request.token_ids), np.int64, num_tokens
+            (token_id for request in requests for token_id in request.token_ids or ()), np.int64, num_tokens
         )
         # 2. positions restart at 0 for every sequence
         lens = np.asarray(seq_lens, dtype=np.int64)

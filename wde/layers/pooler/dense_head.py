@@ -77,7 +77,8 @@ class DenseStack(nn.Module):
 
     @property
     def dtype(self) -> torch.dtype:
-        return self.linears[0].weight.dtype
+        first: nn.Linear = self.linears[0]  # type: ignore[assignment]  # a ModuleList of Linear layers
+        return first.weight.dtype
 
     def forward(self, pooled: torch.Tensor) -> torch.Tensor:
         # pooled: [num_seqs, in_features of the first module]

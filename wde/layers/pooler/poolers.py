@@ -9,6 +9,7 @@ request picks its kinds.
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import cast
 
 import torch
 
@@ -16,7 +17,7 @@ from wde.config import ModelConfig
 from wde.layers.pooler.embedding_pooler import build_dense_head
 from wde.layers.pooler.multi_vector_pooler import build_multi_vector_head
 from wde.layers.pooler.output_pooler import OutputHead, OutputPooler
-from wde.layers.pooler.score_pooler import ScorePooler
+from wde.layers.pooler.score_pooler import Classifier, ScorePooler
 from wde.layers.pooler.sparse_pooler import build_sparse_head
 
 Pooler = OutputPooler | ScorePooler
@@ -42,7 +43,8 @@ def score_pooler(
     model: torch.nn.Module, model_config: ModelConfig, device: torch.device, dtype: torch.dtype
 ) -> ScorePooler:
     """The model's classifier (it pools as its family does) -> the score activation."""
-    return ScorePooler(model, model_config.score_activation)
+    # a model serving 'score' has a classifier (tests/unit/models/test_interface.py checks every family)
+    return ScorePooler(cast(Classifier, model), model_config.score_activation)
 
 
 POOLERS: dict[str, Callable[[torch.nn.Module, ModelConfig, torch.device, torch.dtype], Pooler]] = {

@@ -6,6 +6,7 @@ were asked for."""
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Protocol
 
 import numpy as np
 import torch
@@ -21,8 +22,14 @@ SCORE_ACTIVATIONS: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
 }
 
 
+class Classifier(Protocol):
+    """What the score pooler needs of a model (``WdeModel.compute_logits``; layers do not import models)."""
+
+    def compute_logits(self, hidden_states: torch.Tensor, meta: PoolingMetadata) -> torch.Tensor: ...
+
+
 class ScorePooler:
-    def __init__(self, model: torch.nn.Module, activation: str) -> None:
+    def __init__(self, model: Classifier, activation: str) -> None:
         if activation not in SCORE_ACTIVATIONS:
             raise ValueError(f"score activation {activation!r} is not one of {sorted(SCORE_ACTIVATIONS)}")
         self.model = model

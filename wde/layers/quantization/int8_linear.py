@@ -73,6 +73,11 @@ def compile_options(module: nn.Module) -> dict[str, int]:
 class Int8Linear(nn.Module):
     """A drop-in for ``nn.Linear`` (same in/out features, any leading dims) holding int8 weights."""
 
+    kernel: Callable[..., torch.Tensor]  # the (compiled) int8 matmul + dequantize
+    weight_q: torch.Tensor  # buffers, declared for the type checker
+    weight_scale: torch.Tensor
+    bias: torch.Tensor | None
+
     def __init__(self, weight_q: torch.Tensor, weight_scale: torch.Tensor, bias: torch.Tensor | None) -> None:
         super().__init__()
         self.in_features, self.out_features = weight_q.shape[1], weight_q.shape[0]
