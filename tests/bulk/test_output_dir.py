@@ -11,6 +11,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from wde.bulk.output_dir import OutputDir
+from wde.bulk.record_digest import part_digest
 
 SETTINGS = {"input": {"sha256": "x"}}
 
@@ -26,12 +27,14 @@ def test_one_writer_at_a_time(tmp_path) -> None:
 def test_parts_are_whole_and_their_ids_are_done(tmp_path) -> None:
     out = OutputDir.open(tmp_path / "out", "f1", SETTINGS)
     embeddings = np.arange(12, dtype=np.float32).reshape(3, 4)  # [num_texts, dim]
-    assert out.parts.write(["a", "b", "c"], embeddings, np.array([5, 6, 7])) == "part-000000.parquet"
+    digest = part_digest(["a", "b", "c"], ["x", "y", "z"])
+    assert out.parts.write(["a", "b", "c"], embeddings, np.array([5, 6, 7]), digest) == "part-000000.parquet"
     with pytest.raises(ValueError, match="ids of type int64 after ids of type string"):
-        out.parts.write([1], embeddings[:1], np.array([5]))
+        out.parts.write([1], embeddings[:1], np.array([5]), part_digest([1], ["x"]))
     out.close()
     reopened = OutputDir.open(tmp_path / "out", "f1", SETTINGS)
     assert reopened.parts.finished_ids() == {"a", "b", "c"}
+    assert reopened.parts.stored_digest("part-000000.parquet") == digest
     table = pq.read_table(tmp_path / "out")
     assert table.column("embedding").to_pylist()[2] == [8.0, 9.0, 10.0, 11.0]
     reopened.close()

@@ -1,6 +1,10 @@
-"""What an output directory was made from: the input's bytes, the model and every setting that changes a
-vector. Two runs with equal fingerprints write interchangeable parts, so a restart may resume; any other
-run is refused rather than mixing vectors of two models (or two inputs) in one output."""
+"""What an output directory was made from: the input's format and fields, the model and every setting that
+changes a vector. Two runs with equal fingerprints write interchangeable parts, so a restart may resume; any
+other run is refused rather than mixing vectors of two models in one output.
+
+The input's bytes (size, sha256) are kept in the settings but left out of the fingerprint: a resume of a
+changed input (a bad record fixed) checks the records already written, part by part, instead
+(``wde/bulk/record_digest.py``)."""
 
 from __future__ import annotations
 
@@ -14,6 +18,8 @@ from wde.bulk.readers import InputSpec
 from wde.config import ModelConfig
 
 HASH_BLOCK_BYTES = 1 << 20
+# settings["input"] keys that describe the file, not what its records make: not fingerprinted
+INPUT_FILE_KEYS = ("num_bytes", "sha256")
 WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt")
 
 
@@ -63,11 +69,20 @@ def fingerprint_settings(
 
 
 def fingerprint(settings: dict[str, Any]) -> str:
-    return hashlib.sha256(json.dumps(settings, sort_keys=True).encode()).hexdigest()
+    return hashlib.sha256(json.dumps(fingerprinted(settings), sort_keys=True).encode()).hexdigest()
+
+
+def fingerprinted(settings: dict[str, Any]) -> dict[str, Any]:
+    """``settings`` without the input file's size and hash."""
+    file_input = settings.get("input")
+    if not isinstance(file_input, dict):
+        return settings
+    records_input = {key: value for key, value in file_input.items() if key not in INPUT_FILE_KEYS}
+    return {**settings, "input": records_input}
 
 
 def differences(stored: dict[str, Any], current: dict[str, Any], prefix: str = "") -> list[str]:
-    """The dotted names of the settings that differ (``input.sha256``, ``encode.dimensions``)."""
+    """The dotted names of the settings that differ (``input.text_field``, ``encode.dimensions``)."""
     names: list[str] = []
     for key in sorted(set(stored) | set(current)):
         a, b = stored.get(key), current.get(key)

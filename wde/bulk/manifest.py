@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from wde.bulk.atomic_file import write_atomically
-from wde.bulk.fingerprint import differences
+from wde.bulk.fingerprint import differences, fingerprint, fingerprinted
 
 MANIFEST_NAME = "_manifest.json"
 LAYOUT = "wde-embed/1"
@@ -48,11 +48,14 @@ class Manifest:
         text = json.dumps(asdict(self), indent=2, sort_keys=True) + "\n"
         write_atomically(folder / MANIFEST_NAME, lambda f: f.write(text.encode()))
 
-    def check_matches(self, fingerprint: str, settings: dict[str, Any], folder: Path) -> None:
-        if fingerprint == self.fingerprint:
+    def check_matches(self, current: str, settings: dict[str, Any], folder: Path) -> None:
+        """Raise ``FingerprintMismatchError`` unless ``current`` is this manifest's fingerprint (or the one
+        its settings give now: a manifest of an older wde fingerprinted the input's bytes too)."""
+        if current in (self.fingerprint, fingerprint(self.settings)):
             return
-        changed = ", ".join(differences(self.settings, settings)) or "the fingerprint"
+        changed = ", ".join(differences(fingerprinted(self.settings), fingerprinted(settings)))
         raise FingerprintMismatchError(
-            f"{folder} was written from another input, model or settings (differs in: {changed}); "
+            f"{folder} was written from another input, model or settings (differs in: "
+            f"{changed or 'the fingerprint'}); "
             "pass a new --output directory, or delete this one to start over"
         )

@@ -64,6 +64,13 @@ class OutputDir:
             os.close(lock_fd)
             raise
 
+    def record_input(self, settings: dict[str, Any]) -> None:
+        """The input changed (same format and fields, its written records unchanged): note its new size and
+        hash in the manifest (no longer complete until this run ends)."""
+        self.manifest.settings = settings
+        self.manifest.complete = False
+        self.manifest.write(self.folder)
+
     def mark_complete(self, num_rows: int, embedding_dim: int | None) -> None:
         self.manifest.complete = True
         self.manifest.num_rows = num_rows

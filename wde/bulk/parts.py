@@ -1,5 +1,7 @@
 """The part files of an output directory: ``part-000000.parquet``, ... each written whole or not at all,
-with the columns ``id``, ``embedding`` (fixed-size list of float32) and ``num_tokens`` (int32)."""
+with the columns ``id``, ``embedding`` (fixed-size list of float32) and ``num_tokens`` (int32), and the
+digest of the records it was embedded from in its schema metadata (``wde.records_digest``,
+``wde/bulk/record_digest.py``)."""
 
 from __future__ import annotations
 
@@ -15,6 +17,7 @@ import pyarrow.parquet as pq
 from wde.bulk.atomic_file import write_atomically
 
 PART_PATTERN = re.compile(r"^part-(\d{6,})\.parquet$")
+DIGEST_KEY = b"wde.records_digest"
 
 
 class PartStore:
@@ -28,24 +31,42 @@ class PartStore:
         """The ids of every written part (read back from the files: they, not a log, are the truth)."""
         ids: set[Any] = set()
         for name in self.names:
-            try:
-                column = pq.read_table(self.folder / name, columns=["id"]).column("id")
-            except (OSError, pa.ArrowException) as e:
-                raise ValueError(
-                    f"{self.folder / name} cannot be read ({e}); delete it to re-embed its texts"
-                ) from e
-            self._id_type = self._id_type or column.type
-            ids.update(column.to_pylist())
+            ids.update(self.ids(name))
         return ids
+
+    def ids(self, name: str) -> list[Any]:
+        """The ids of one part, in row order."""
+        try:
+            column = pq.read_table(self.folder / name, columns=["id"]).column("id")
+        except (OSError, pa.ArrowException) as e:
+            raise ValueError(
+                f"{self.folder / name} cannot be read ({e}); delete it to re-embed its texts"
+            ) from e
+        self._id_type = self._id_type or column.type
+        return column.to_pylist()
+
+    def stored_digest(self, name: str) -> str | None:
+        """The digest of the records the part was embedded from (None: written before parts carried one)."""
+        metadata = pq.read_schema(self.folder / name).metadata or {}
+        digest = metadata.get(DIGEST_KEY)
+        return None if digest is None else digest.decode()
 
     def embedding_dim(self) -> int | None:
         if not self.names:
             return None
         return pq.read_schema(self.folder / self.names[0]).field("embedding").type.list_size
 
-    def write(self, ids: Sequence[Any] | np.ndarray, embeddings: np.ndarray, num_tokens: np.ndarray) -> str:
-        """Write one part (``embeddings``: [num_texts, dim] float32); returns its file name."""
+    def write(
+        self,
+        ids: Sequence[Any] | np.ndarray,
+        embeddings: np.ndarray,
+        num_tokens: np.ndarray,
+        records_digest: str,
+    ) -> str:
+        """Write one part (``embeddings``: [num_texts, dim] float32; ``records_digest``: of its ids and
+        texts); returns its file name."""
         table = part_table(ids, embeddings, num_tokens)
+        table = table.replace_schema_metadata({DIGEST_KEY: records_digest.encode()})
         id_type = table.schema.field("id").type
         if self._id_type is not None and id_type != self._id_type:
             raise ValueError(

@@ -93,7 +93,8 @@ def embed_on_ray(
                 ids = batch["id"]  # [num_texts]
                 if len(ids) == 0:
                     continue
-                sink.write(ids, batch["embedding"], batch["num_tokens"])  # [num_texts, dim], [num_texts]
+                # [num_texts, dim], [num_texts]; the texts for the part's record digest
+                sink.write(ids, batch["text"], batch["embedding"], batch["num_tokens"])
                 if first_part_seconds is None:
                     first_part_seconds = time.perf_counter() - pipeline_start
     finally:

@@ -4,6 +4,11 @@ A record's id is its ``id_field`` when the input has that field, else its positi
 0 (for txt, where every line is one text, the line number counted from 0). jsonl ids keep their JSON type
 (int or str), parquet ids their column type, csv ids are strings. pyarrow is imported only here and only
 when a csv or parquet input is read.
+
+Lines (jsonl, txt) end at "\n" or "\r\n" only: a lone "\r" or U+2028 inside a text stays in it, so that
+txt ids are the line numbers an editor or ``wc -l`` shows. Every record is checked (``checked_records``:
+a string text within the engine's character limit, valid Unicode, an id seen once) in the counting pass,
+before anything is embedded or written.
 """
 
 from __future__ import annotations
@@ -14,6 +19,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from wde.engine.input_processor import MAX_INPUT_CHARS
 
 FORMATS = ("jsonl", "csv", "parquet", "txt")
 SUFFIXES = {
@@ -92,36 +99,17 @@ class Chunk:
 
 
 def count_records(spec: InputSpec) -> int:
-    """How many records the input holds (parquet: from its footer; others: one pass)."""
-    if spec.format == "parquet":
-        import pyarrow.parquet as pq
-
-        return pq.ParquetFile(spec.path).metadata.num_rows
-    return sum(1 for _ in _records(spec))
+    """How many records the input holds, every one checked as ``checked_records`` does: a bad record stops
+    a run here, before any model work or part file."""
+    return sum(1 for _ in checked_records(spec))
 
 
 def read_chunks(spec: InputSpec, chunk_size: int, skip_ids: set[Any] | frozenset[Any]) -> Iterator[Chunk]:
-    """The records whose id is not in ``skip_ids``, ``chunk_size`` at a time. Raises ValueError naming the
-    record for a missing or non-string text and for an id seen twice (resuming needs unique ids)."""
+    """The records whose id is not in ``skip_ids``, ``chunk_size`` at a time, checked as
+    ``checked_records`` does."""
     ids: list[Any] = []
     texts: list[str] = []
-    seen: set[Any] = set()
-    for position, record in enumerate(_records(spec)):
-        record_id = position if spec.positional_ids else record.get(spec.id_field)
-        text = record if spec.format == "txt" else record.get(spec.text_field)
-        if not isinstance(text, str):
-            raise ValueError(
-                f"{spec.path.name}: record {position} (id {record_id!r}) has no string {spec.text_field!r} "
-                f"field (got {type(text).__name__})"
-            )
-        if not spec.positional_ids:
-            if record_id in seen:
-                raise ValueError(
-                    f"{spec.path.name}: id {record_id!r} appears twice (again at record {position}); ids "
-                    "must be unique to resume: pass --id-field naming a unique field, or one the records "
-                    "lack to number them by position"
-                )
-            seen.add(record_id)
+    for record_id, text in checked_records(spec):
         if record_id in skip_ids:
             continue
         ids.append(record_id)
@@ -133,6 +121,44 @@ def read_chunks(spec: InputSpec, chunk_size: int, skip_ids: set[Any] | frozenset
         yield Chunk(ids, texts)
 
 
+def checked_records(spec: InputSpec) -> Iterator[tuple[Any, str]]:
+    """Every record's (id, text) in input order. Raises ValueError naming the record for a missing or
+    non-string text, a text over the engine's character limit or with a lone UTF-16 surrogate, and an id
+    seen twice (resuming needs unique ids)."""
+    seen: set[Any] = set()
+    for position, record in enumerate(_records(spec)):
+        record_id = position if spec.positional_ids else record.get(spec.id_field)
+        text = record if spec.format == "txt" else record.get(spec.text_field)
+        where = f"{spec.path.name}: record {position} (id {record_id!r})"
+        if not isinstance(text, str):
+            raise ValueError(f"{where} has no string {spec.text_field!r} field (got {type(text).__name__})")
+        if len(text) > MAX_INPUT_CHARS:
+            raise ValueError(
+                f"{where} has {len(text)} characters, more than the limit of {MAX_INPUT_CHARS}; split it"
+            )
+        if not text.isascii():
+            _check_unicode(where, text)
+        if not spec.positional_ids:
+            if record_id in seen:
+                raise ValueError(
+                    f"{spec.path.name}: id {record_id!r} appears twice (again at record {position}); ids "
+                    "must be unique to resume: pass --id-field naming a unique field, or one the records "
+                    "lack to number them by position"
+                )
+            seen.add(record_id)
+        yield record_id, text
+
+
+def _check_unicode(where: str, text: str) -> None:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as e:
+        raise ValueError(
+            f"{where}: the text has a lone UTF-16 surrogate (U+{ord(text[e.start]):04X} at character "
+            f"{e.start}), which is not valid Unicode; write valid UTF-8 text"
+        ) from None
+
+
 def _records(spec: InputSpec) -> Iterator[Any]:
     """dicts (jsonl, csv, parquet) or str lines (txt), in input order."""
     readers = {"jsonl": _jsonl, "csv": _csv, "parquet": _parquet, "txt": _txt}
@@ -140,17 +166,16 @@ def _records(spec: InputSpec) -> Iterator[Any]:
 
 
 def _jsonl(spec: InputSpec) -> Iterator[dict[str, Any]]:
-    with spec.path.open(encoding="utf-8") as f:
-        for line_number, line in enumerate(f, start=1):
-            if not line.strip():
-                continue
-            try:
-                record = json.loads(line)
-            except json.JSONDecodeError as e:
-                raise ValueError(f"{spec.path.name}:{line_number}: not a JSON object ({e})") from e
-            if not isinstance(record, dict):
-                raise ValueError(f"{spec.path.name}:{line_number}: expected a JSON object, got {line[:40]!r}")
-            yield record
+    for line_number, line in enumerate(_lines(spec.path), start=1):
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError as e:
+            raise ValueError(f"{spec.path.name}:{line_number}: not a JSON object ({e})") from e
+        if not isinstance(record, dict):
+            raise ValueError(f"{spec.path.name}:{line_number}: expected a JSON object, got {line[:40]!r}")
+        yield record
 
 
 def _csv(spec: InputSpec) -> Iterator[dict[str, Any]]:
@@ -175,6 +200,19 @@ def _parquet(spec: InputSpec) -> Iterator[dict[str, Any]]:
 
 
 def _txt(spec: InputSpec) -> Iterator[str]:
-    with spec.path.open(encoding="utf-8") as f:  # universal newlines: "\r\n" ends a line too
-        for line in f:
-            yield line.removesuffix("\n")
+    return _lines(spec.path)
+
+
+def _lines(path: Path) -> Iterator[str]:
+    """The lines of a UTF-8 file, ended by "\n" or "\r\n" only (not universal newlines, which also end
+    one at a lone "\r"; not ``str.splitlines``, which ends one at U+2028 and other Unicode breaks)."""
+    with path.open("rb") as f:  # binary: lines end at b"\n" alone
+        for line_number, raw in enumerate(f, start=1):
+            try:
+                line = raw.decode("utf-8")
+            except UnicodeDecodeError as e:
+                raise ValueError(
+                    f"{path.name}:{line_number}: not UTF-8 (byte 0x{raw[e.start]:02x} at column {e.start}); "
+                    "write the file as UTF-8"
+                ) from None
+            yield line.removesuffix("\n").removesuffix("\r")

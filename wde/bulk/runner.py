@@ -16,6 +16,7 @@ from wde.bulk.fingerprint import EncodeOptions, fingerprint, fingerprint_setting
 from wde.bulk.output_dir import OutputDir
 from wde.bulk.progress import Progress
 from wde.bulk.readers import InputSpec, count_records, read_chunks
+from wde.bulk.record_digest import check_parts_unchanged, part_digest
 from wde.config import ModelConfig
 from wde.engine_args import EngineArgs
 from wde.entrypoints.llm import LLM
@@ -79,8 +80,8 @@ class PartSink:
     def begin(self, num_texts: int, first_id: Any) -> None:
         self.out.journal.record("begin", num_texts=num_texts, first_id=_json_id(first_id))
 
-    def write(self, ids: Any, embeddings: np.ndarray, num_tokens: np.ndarray) -> None:
-        name = self.out.parts.write(ids, embeddings, num_tokens)
+    def write(self, ids: Any, texts: Any, embeddings: np.ndarray, num_tokens: np.ndarray) -> None:
+        name = self.out.parts.write(ids, embeddings, num_tokens, part_digest(ids, texts))
         num_chunk_tokens = int(np.sum(num_tokens))
         self.out.journal.record("part", part=name, num_texts=len(ids), num_tokens=num_chunk_tokens)
         self.num_parts += 1
@@ -109,10 +110,13 @@ def embed(
     """Embed the ``text_field`` of every record of ``input`` (jsonl, csv, parquet or txt) into ``output``, a
     directory of parquet parts (id, embedding, num_tokens) that ``pandas.read_parquet(output)`` reads whole.
 
+    Every record is checked (a string text within the character limit, unique ids) before any is embedded.
     A second call with the same input, model and settings skips the ids already written (a killed run
-    resumes and re-embeds at most the chunks it had in flight); other settings raise
-    ``FingerprintMismatchError``. ``use_ray`` runs the embedding on Ray Data (an actor pool of ``num_actors``
-    engines, ``cpus_per_actor`` each; the cluster of ``RAY_ADDRESS``, else a local one). Other keyword
+    resumes and re-embeds at most the chunks it had in flight); the input may have changed meanwhile (a bad
+    record fixed) as long as the records already written did not (else ``ChangedRecordsError``); other
+    settings raise ``FingerprintMismatchError``. A run that fails says why in ``OUT/_log.jsonl``.
+    ``use_ray`` runs the embedding on Ray Data (an actor pool of ``num_actors`` engines, ``cpus_per_actor``
+    each; the cluster of ``RAY_ADDRESS``, else a local one). Other keyword
     arguments are ``EngineArgs`` fields (``dtype``, ``max_num_batched_tokens``, ...); or pass ``llm``, an
     ``LLM`` already loaded, to embed with it in this process.
     """
@@ -129,11 +133,15 @@ def embed(
     _check_dense_embedder(model_config)
     options = EncodeOptions(dimensions, normalize, prompt_name)
     settings = fingerprint_settings(spec, model_config, options)
-    # 2. the output directory: the ids of its parts are done
+    # 2. every record checked, before the output directory is made or touched
+    num_records = count_records(spec)
+    # 3. the output directory: the ids of its parts are done, if the input still holds them as they were
     out = OutputDir.open(output, fingerprint(settings), settings)
     try:
+        if out.parts.names and out.manifest.settings.get("input") != settings["input"]:
+            check_parts_unchanged(spec, out.parts)
+            out.record_input(settings)
         done = out.parts.finished_ids()
-        num_records = count_records(spec)
         if out.num_stale_files:
             logger.info("removed %d unfinished part file(s) of an interrupted run", out.num_stale_files)
         if done:
@@ -143,7 +151,7 @@ def embed(
         out.journal.record("run", num_records=num_records, num_done=len(done), ray=use_ray)
         progress = Progress(num_records - len(done), show_progress)
         sink = PartSink(out, progress)
-        # 3. embed what is left
+        # 4. embed what is left
         timings: dict[str, float] = {}
         try:
             if len(done) < num_records and use_ray:
@@ -156,23 +164,26 @@ def embed(
                 timings = _embed_in_process(spec, llm or args, options, chunk_size, done, sink)
         finally:
             progress.close()
-        # 4. every record written: say so in the manifest
+        # 5. every record written: say so in the manifest
         out.mark_complete(num_records, out.parts.embedding_dim())
         out.journal.record("finished", num_parts=len(out.parts.names), seconds=round(progress.seconds, 3))
-        return BulkResult(
-            output=out.folder,
-            num_records=num_records,
-            num_skipped=len(done),
-            num_embedded=progress.num_done,
-            num_tokens=progress.num_tokens,
-            num_parts_written=sink.num_parts,
-            seconds=progress.seconds,
-            load_seconds=timings.get("load_seconds"),
-            ray_init_seconds=timings.get("ray_init_seconds"),
-            ray_first_part_seconds=timings.get("ray_first_part_seconds"),
-        )
+    except BaseException as e:  # Ctrl-C included: the log says how the run ended
+        out.journal.record("failed", error=f"{type(e).__name__}: {e}")
+        raise
     finally:
         out.close()
+    return BulkResult(
+        output=out.folder,
+        num_records=num_records,
+        num_skipped=len(done),
+        num_embedded=progress.num_done,
+        num_tokens=progress.num_tokens,
+        num_parts_written=sink.num_parts,
+        seconds=progress.seconds,
+        load_seconds=timings.get("load_seconds"),
+        ray_init_seconds=timings.get("ray_init_seconds"),
+        ray_first_part_seconds=timings.get("ray_first_part_seconds"),
+    )
 
 
 def _embed_in_process(
@@ -195,7 +206,7 @@ def _embed_in_process(
         outputs = engine.encode(chunk.texts, output="dense", **options.as_kwargs())
         embeddings = np.stack([output.embedding for output in outputs])  # [num_texts, dim]
         num_tokens = np.array([output.num_tokens for output in outputs], dtype=np.int32)  # [num_texts]
-        sink.write(chunk.ids, embeddings, num_tokens)
+        sink.write(chunk.ids, chunk.texts, embeddings, num_tokens)
     return timings
 
 
