@@ -81,7 +81,7 @@ class ErrorKind:
 VALIDATION = ErrorKind(422, "Validation", "invalid_request_error")
 SERVER_ERROR = ErrorKind(500, "Backend", "server_error")
 
-ERROR_TABLE: dict[type[BaseException], ErrorKind] = {
+ERROR_TABLE: dict[type[Exception], ErrorKind] = {
     RequestValidationError: VALIDATION,
     InputTooLongError: ErrorKind(400, "Validation", "invalid_request_error", "context_length_exceeded"),
     TaskNotSupportedError: ErrorKind(400, "Validation", "invalid_request_error", "unsupported_task"),
@@ -256,5 +256,6 @@ def install_error_handlers(app: FastAPI, retry_after_seconds: int) -> None:
         return response
 
     # Exception itself goes to Starlette's ServerErrorMiddleware: rendered here, then re-raised and logged.
-    for cls in (HTTPException, *ERROR_TABLE):
+    handled: list[type[Exception]] = [HTTPException, *ERROR_TABLE]
+    for cls in handled:
         app.add_exception_handler(cls, handle)

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import asyncio
+from typing import Any
 
 from fastapi import APIRouter, Request
 from starlette.responses import FileResponse, Response
@@ -18,7 +19,9 @@ from server.responses import ORJSONResponse
 
 router = APIRouter(prefix="/v1", tags=["Batch"])
 
-NOT_FOUND = {404: {"model": OpenAIErrorResponse, "description": "no file with this id"}}
+NOT_FOUND: dict[int | str, dict[str, Any]] = {
+    404: {"model": OpenAIErrorResponse, "description": "no file with this id"}
+}
 UPLOAD_BODY = {
     "requestBody": {
         "required": True,
