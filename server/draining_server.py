@@ -94,7 +94,8 @@ def serve(
     config = uvicorn.Config(
         app,
         log_level=log_level,
-        timeout_graceful_shutdown=graceful_timeout,
+        # uvicorn waits float seconds (asyncio.wait_for); its annotation says int
+        timeout_graceful_shutdown=graceful_timeout,  # type: ignore[arg-type]
         access_log=False,  # server/access_log.py logs one line per request instead
         log_config=None,  # uvicorn's own lines in the format `wde serve` configured
         **uvicorn_options(settings),
