@@ -27,6 +27,8 @@ SPARSE_SIMILARITY_NAMES = ("dot", "cosine")  # SparseEncoder's similarity_fn_nam
 MULTI_VECTOR_SIMILARITY_NAMES = ("maxsim", "meanmaxsim")  # MultiVectorEncoder's similarity_fn_name
 LONG_INPUT_MODE_NAMES = ("truncate", "error", "chunk")  # an input over max_model_len: cut, refused, windows
 CHUNK_SCORE_NAMES = ("max", "mean", "first")  # a chunked document's score from its windows' scores
+# long_input chunk: windows of one call (about one 1,000,000-character text at 256 tokens a window)
+DEFAULT_LONG_INPUT_MAX_WINDOWS = 1024
 PRECISION_NAMES = ("float32", "int8", "uint8", "binary", "ubinary")  # quantized dense outputs
 INPUT_TYPE_NAMES = ("query", "document")  # the side of a late-interaction model a text is encoded on
 QUERY_EXPANSION_STRATEGY_NAMES = ("fixed", "min")  # sentence-transformers' query_expansion["strategy"]
@@ -188,6 +190,7 @@ class ModelConfig:
     # of max_model_len overlapping by long_input_overlap tokens, aggregated; wde/entrypoints/long_inputs.py)
     long_input: str = "truncate"
     long_input_overlap: int = 0
+    long_input_max_windows: int = DEFAULT_LONG_INPUT_MAX_WINDOWS  # chunk: windows of one call, at most
     # None: the checkpoint's weights as they are; "int8": int8 block linears (CPU, float32 only)
     quantization: str | None = None
     # embed task: the output kinds served (wde.output_kinds), the first is a request's default; the
@@ -265,6 +268,8 @@ class ModelConfig:
                 f"long_input_overlap ({self.long_input_overlap}) must be >= 0 and less than half of "
                 f"max_model_len ({self.max_model_len})"
             )
+        if isinstance(self.long_input_max_windows, bool) or self.long_input_max_windows < 1:
+            raise ValueError(f"long_input_max_windows must be >= 1, got {self.long_input_max_windows!r}")
         if self.quantization is not None and self.quantization not in QUANTIZATION_NAMES:
             raise ValueError(f"quantization {self.quantization!r} is not one of {QUANTIZATION_NAMES}")
         self.pooling.verify()

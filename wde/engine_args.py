@@ -11,6 +11,7 @@ from pathlib import Path
 from wde.config import (
     ATTENTION_BACKEND_NAMES,
     CUDA_GRAPH_MODE_NAMES,
+    DEFAULT_LONG_INPUT_MAX_WINDOWS,
     DEVICE_NAMES,
     DTYPE_NAMES,
     EXECUTOR_NAMES,
@@ -146,6 +147,10 @@ class EngineArgs:
         choices=LONG_INPUT_MODE_NAMES,
     )
     long_input_overlap: int = flag(0, help="tokens each chunk window shares with the previous one")
+    long_input_max_windows: int = flag(
+        DEFAULT_LONG_INPUT_MAX_WINDOWS,
+        help="long_input chunk: most windows one request (one LLM call) is cut into; more: 422",
+    )
 
     @classmethod
     def field_names(cls) -> list[str]:
@@ -195,6 +200,7 @@ class EngineArgs:
                 truncate=self.truncate,
                 long_input=self.long_input or ("truncate" if self.truncate else "error"),
                 long_input_overlap=self.long_input_overlap,
+                long_input_max_windows=self.long_input_max_windows,
                 task=info.task,
                 pooling=pooling,
                 prompts=info.prompts,

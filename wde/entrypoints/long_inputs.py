@@ -12,6 +12,11 @@ windows' embeddings, before Matryoshka truncation and normalization::
 
 A text that fits runs as one window, so its embedding is the usual one.
 
+The cost of one call is bounded as for every other input: each text (or document) at most
+``MAX_INPUT_CHARS`` characters, checked before it is tokenized, and the call's windows together at most
+``long_input_max_windows`` (``--long-input-max-windows``); past either, a ValueError (HTTP 422) names the
+limit.
+
 Rerank and score: the document is cut into windows of whole tokens (by their character offsets) so that
 the query, the document window and the pair's special tokens (or the LLM reranker's template) fit; each
 window is scored with the query as its own pair, and the document's score is the windows' maximum (or
@@ -28,6 +33,7 @@ import numpy as np
 import tokenizers
 
 from wde.config import CHUNK_SCORE_NAMES, LONG_INPUT_MODE_NAMES, ModelConfig
+from wde.engine.input_processor import MAX_INPUT_CHARS
 from wde.inputs import PoolingParams, TokensPrompt
 from wde.outputs import EmbeddingOutput, ScoreOutput
 
@@ -80,6 +86,20 @@ def windows(ids: Sequence[int], size: int, overlap: int) -> list[list[int]]:
     return [list(ids[start : start + size]) for start in starts]
 
 
+def num_windows(num_ids: int, size: int, overlap: int) -> int:
+    """``len(windows(ids, size, overlap))`` for ``num_ids`` ids, without making them."""
+    return len(range(0, max(num_ids - overlap, 1), size - overlap))
+
+
+def check_num_chars(where: str, text: str) -> None:
+    """The per-text character limit of every input (``InputProcessor``'s), before any tokenizer work."""
+    if len(text) > MAX_INPUT_CHARS:
+        raise ValueError(
+            f"{where}: text has {len(text)} characters, more than the limit of {MAX_INPUT_CHARS} (long_input "
+            "'chunk' included); split the text"
+        )
+
+
 class Chunker:
     """Cuts long inputs into windows for one engine (its untruncated tokenizer, max_model_len, overlap)."""
 
@@ -95,11 +115,26 @@ class Chunker:
     def overlap(self) -> int:
         return self.model_config.long_input_overlap
 
+    def check_num_windows(self, num_windows: int) -> None:
+        """Refuse a call cut into more than ``long_input_max_windows`` windows."""
+        limit = self.model_config.long_input_max_windows
+        if num_windows > limit:
+            raise ValueError(
+                f"inputs: long_input 'chunk' cuts this request into {num_windows} windows of at most "
+                f"{self.model_config.max_model_len} tokens, more than the limit of {limit} "
+                "(--long-input-max-windows); split the request or raise the limit"
+            )
+
     # ---- embeddings -------------------------------------------------------------------------------------
     def text_windows(self, texts: Sequence[str], prompt: str) -> tuple[list[TokensPrompt], list[int]]:
         """Every text's windows as token-id prompts (special tokens included), and the text of each."""
         size = self.model_config.max_model_len - self.special.count
+        for position, text in enumerate(texts):
+            check_num_chars(f"inputs[{position}]", text)
         encodings = self.tokenizer.encode_batch([prompt + text for text in texts], add_special_tokens=False)
+        self.check_num_windows(
+            sum(num_windows(len(encoding.ids), size, self.overlap) for encoding in encodings)
+        )
         prompts: list[TokensPrompt] = []
         owners: list[int] = []
         for owner, encoding in enumerate(encodings):
@@ -118,7 +153,9 @@ class Chunker:
                 f"the query alone takes {pair_overhead} of the {self.model_config.max_model_len} tokens; "
                 "shorten it to chunk the documents"
             )
+        check_num_chars("documents", document)
         encoding = self.tokenizer.encode(document, add_special_tokens=False)
+        self.check_num_windows(num_windows(len(encoding.ids), size, self.overlap))
         if len(encoding.ids) <= size:
             return [document]
         offsets = encoding.offsets

@@ -329,6 +329,7 @@ def _pair_windows(
         for window in chunker.document_windows(query, document, overhead):
             windows.append((query, window))
             owners.append(owner)
+    chunker.check_num_windows(len(windows))  # the request's documents together
     return windows, owners
 
 
