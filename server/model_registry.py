@@ -55,6 +55,8 @@ class ServedModel:
     evicting: bool = False  # chosen to be unloaded: new requests wait for the next load
     waiting: deque[float] = field(default_factory=deque)  # arrival times of the requests queued for it
     loaded_at: float = field(default_factory=time.monotonic)  # when its engine became ready
+    idle_since: float = field(default_factory=time.monotonic)  # when its last request let go of it
+    load_seconds: float = 0.0  # how long its last load took (its engine made to ready)
     # (when, error) of its last failed load: the requests queued before then are answered the error
     load_failure: tuple[float, EngineUnavailableError] | None = None
 
@@ -213,7 +215,8 @@ class ModelRegistry:
         finally:
             model.num_in_use -= 1
             if model.num_in_use == 0:
-                self._notify()  # drained: a queued model may load now
+                model.idle_since = time.monotonic()
+                self._notify()  # drained (after the grace): a queued model may load
 
     # ---- the queue --------------------------------------------------------------------------------------
     async def _wait_for_turn(self, model: ServedModel) -> None:
@@ -253,7 +256,7 @@ class ModelRegistry:
         assert isinstance(model, ServedModel) and (victim is None or isinstance(victim, ServedModel))
         try:
             if victim is not None:
-                await self._unload(victim, model)
+                await self._unload(victim, model, plan.reason)
             await self._load(model)
         except EngineUnavailableError as e:
             # the requests queued until now get the error (and leave the queue: no retry for them)
@@ -281,18 +284,21 @@ class ModelRegistry:
         for model in self.loaded():
             model.engine.shutdown()
 
-    async def _unload(self, victim: ServedModel, model: ServedModel) -> None:
+    async def _unload(self, victim: ServedModel, model: ServedModel, reason: str) -> None:
         """Stop ``victim`` taking requests, let the ones it holds finish, and unload it."""
         victim.evicting = True
         try:
             while victim.num_in_use > 0:
                 await self._changed.wait()
             logger.info(
-                "unloading %s to load %s (--max-loaded-models %d; %d requests queued for it)",
+                "unloading %s (%s) to load %s (--max-loaded-models %d; %d requests queued for it, %d for %s)",
                 victim.name,
+                reason,
                 model.name,
                 self.max_loaded_models,
                 len(model.waiting),
+                len(victim.waiting),
+                victim.name,
             )
             engine, victim.engine = victim.engine, None
             if engine is not None:
@@ -301,6 +307,7 @@ class ModelRegistry:
             victim.evicting = False
 
     async def _load(self, model: ServedModel) -> None:
+        start = time.monotonic()
         engine = self._new_engine(model)
         logger.info("loading %s", model.name)
         engine.start()
@@ -311,6 +318,7 @@ class ModelRegistry:
             raise EngineUnavailableError(f"model {model.name!r} failed to load: {e}") from e
         model.engine = engine
         model.loaded_at = time.monotonic()
+        model.load_seconds = model.loaded_at - start
         model.load_failure = None
 
     def _new_engine(self, model: ServedModel) -> AsyncLLMEngine:

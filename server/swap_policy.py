@@ -4,12 +4,15 @@ Swaps go by queue, so that mixed traffic does not unload a model for every reque
 
 1. A loaded model serves its own requests at once; requests for an unloaded model queue.
 2. The unloaded model with the oldest queued request is the next to load.
-3. It loads at once when there is room. Otherwise it waits for a loaded model to drain (no request holding
-   it: the least recently used such model is unloaded), or for its oldest request to have waited
+3. It loads at once when there is room. Otherwise it waits for a loaded model to drain (no request has held
+   it for ``drain_grace``: a batch answers its requests together, and their clients' next requests take a
+   moment to come back; the least recently used drained model is unloaded), or for its oldest request to
+   have waited
    ``max_wait`` (``--max-swap-wait``). Then the least recently used loaded model stops taking requests,
-   finishes the ones it holds and unloads, unless it loaded less than ``min_residency``
-   (``--min-model-residency``) ago: a model that just loaded serves at least that long, so that requests
-   which aged during its load do not evict it at once (ping-pong).
+   finishes the ones it holds and unloads, unless it loaded less than its residency ago: the larger of
+   ``min_residency`` (``--min-model-residency``) and the time its own load took. A model that just loaded
+   serves at least that long, so that requests which aged during its load do not evict it at once
+   (ping-pong), and loading takes at most about half of the time under mixed traffic.
 
 A request for an unloaded model thus waits at most ``max_wait`` (or the residency of a model that loaded
 meanwhile) plus the requests in flight, one unload and its own model's load.
@@ -33,6 +36,8 @@ class Swappable(Protocol):
     num_in_use: int
     last_used: float
     loaded_at: float
+    load_seconds: float  # how long its last load took
+    idle_since: float  # when its last request in use let go of it
 
     @property
     def is_loaded(self) -> bool: ...
@@ -42,6 +47,7 @@ class Swappable(Protocol):
 class SwapTiming:
     max_wait: float = 2.0  # seconds the oldest queued request waits for the loaded models to drain
     min_residency: float = 1.0  # seconds a model stays loaded, with requests, before it can be made to yield
+    drain_grace: float = 0.1  # seconds without a request in use before a loaded model counts as drained
 
     @classmethod
     def of(cls, settings: ServerSettings) -> SwapTiming:
@@ -52,6 +58,7 @@ class SwapTiming:
 class SwapPlan:
     model: Swappable  # to load
     victim: Swappable | None  # to unload first (None: there is room)
+    reason: str = "room"  # room / drained / waited (for the log)
 
 
 def plan_swap(
@@ -69,15 +76,21 @@ def plan_swap(
     if len(loaded) < max_loaded:
         return SwapPlan(model, None), None
     # 3. a drained model makes room at once, the least recently used first
-    drained = [other for other in loaded if other.num_in_use == 0 and not other.waiting]
+    idle = [other for other in loaded if other.num_in_use == 0 and not other.waiting]
+    drained = [other for other in idle if now >= other.idle_since + timing.drain_grace]
     if drained:
-        return SwapPlan(model, min(drained, key=lambda other: other.last_used)), None
+        return SwapPlan(model, min(drained, key=lambda other: other.last_used), "drained"), None
     # 4. else the bounded wait, and the residency of the model that would yield
     forced_at = model.waiting[0] + timing.max_wait
     due, victim = min(
-        ((max(forced_at, other.loaded_at + timing.min_residency), other) for other in loaded),
+        ((max(forced_at, other.loaded_at + residency(other, timing)), other) for other in loaded),
         key=lambda item: (item[0], item[1].last_used),
     )
     if now >= due:
-        return SwapPlan(model, victim), None
-    return None, due
+        return SwapPlan(model, victim, f"waited {now - model.waiting[0]:.1f} s"), None
+    return None, min([due, *(other.idle_since + timing.drain_grace for other in idle)])
+
+
+def residency(model: Swappable, timing: SwapTiming) -> float:
+    """Seconds ``model`` serves after its load before a queued model can make it yield."""
+    return max(timing.min_residency, model.load_seconds)

@@ -47,6 +47,8 @@ class Model:
     num_in_use: int = 0
     last_used: float = 0.0
     loaded_at: float = 0.0
+    load_seconds: float = 0.0
+    idle_since: float = 0.0
 
 
 TIMING = SwapTiming(max_wait=2.0, min_residency=1.0)
@@ -75,6 +77,17 @@ def test_a_drained_model_yields_at_once_and_a_fresh_one_serves_its_residency() -
     fresh = Model("a", is_loaded=True, num_in_use=1, loaded_at=20.0)
     aged = Model("b", waiting=deque([10.0]))  # waited through a's load: past the bounded wait already
     assert plan_swap([fresh, aged], 1, TIMING, now=20.5) == (None, 21.0)
+    slow = Model("a", is_loaded=True, num_in_use=1, loaded_at=20.0, load_seconds=4.0)
+    assert plan_swap([slow, aged], 1, TIMING, now=20.5) == (None, 24.0)  # serves as long as it loaded
+
+
+def test_a_model_between_batches_is_not_drained_until_the_grace_passes() -> None:
+    # a batch answered every request at 10.0; their clients' next requests are on their way
+    between = Model("a", is_loaded=True, loaded_at=0.0, idle_since=10.0)
+    queued = Model("b", waiting=deque([9.5]))
+    assert plan_swap([between, queued], 1, TIMING, now=10.05) == (None, 10.0 + TIMING.drain_grace)
+    plan, _ = plan_swap([between, queued], 1, TIMING, now=10.0 + TIMING.drain_grace)
+    assert plan is not None and plan.victim is between
 
 
 def test_the_least_recently_used_loaded_model_makes_room() -> None:
