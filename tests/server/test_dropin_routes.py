@@ -91,6 +91,17 @@ async def test_langchain_options_body_is_embedded_and_the_field_named(async_engi
     assert _close(answer.json(), plain.json())
 
 
+async def test_hostile_unknown_field_names_get_a_sane_header(async_engine: AsyncLLMEngine) -> None:
+    """Field names are the client's: control characters and non-ASCII are replaced, the list is capped."""
+    body = {"inputs": "x", "a\r\nSet-Cookie: x": 1, "ü": 2, **{f"f{index}": index for index in range(500)}}
+    async with asgi_client(async_engine) as (client, _):
+        response = await client.post("/embed", json=body)
+    header = response.headers["x-wde-ignored-fields"]
+    assert response.status_code == 200, response.text
+    assert header.startswith("a??Set-Cookie: x, ?, f0, f1") and header.endswith("...") and len(header) <= 1000
+    assert all(" " <= char <= "~" for char in header)
+
+
 @pytest.mark.parametrize(
     ("path", "body", "field"),
     [

@@ -117,7 +117,7 @@ def test_burst_over_the_concurrency_limit_gets_only_200_and_429(live_server: Liv
         ("/embed", b'{"inputs": ["a",', {"content-type": "application/json"}),
         ("/embed", b'{"inputs": {"a": 1}}', {"content-type": "application/json"}),
         ("/embed", b'{"inputs": []}', {"content-type": "application/json"}),
-        ("/embed", b'{"inputs": "a", "pooling": "cls"}', {"content-type": "application/json"}),
+        ("/embed", b'{"inputs": "a", "normalize": "cls"}', {"content-type": "application/json"}),
         ("/embed", b'{"inputs": "a"}', {"content-type": "text/plain"}),
         ("/tokenize", b"null", {"content-type": "application/json"}),
         ("/v1/embeddings", b'{"input": [[]]}', {"content-type": "application/json"}),
