@@ -3,12 +3,17 @@
 TEI routes answer ``{"error": "...", "error_type": "..."}``; ``/v1/*`` routes answer OpenAI's
 ``{"error": {"message", "type", "param", "code"}}``. Route handlers raise; the handlers registered in
 ``install_error_handlers`` (and the middlewares, through ``error_response``) render.
+
+A 500 says what failed without internals ("inputs[2]: the forward pass failed for this input") and a
+request id (also the ``X-Request-Id`` header); the exception itself goes to the log, once, under that id.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import re
+import secrets
 from dataclasses import dataclass
 from typing import Any
 
@@ -110,6 +115,9 @@ ERROR_TABLE: dict[type[Exception], ErrorKind] = {
 
 # Fields the engine names at the start of its error messages ("inputs[3]: ...", "dimensions (999) ...").
 _ENGINE_FIELD = re.compile(r"^(inputs|dimensions|prompt_name|truncate|normalize)\b")
+# A failed input's position and how many more failed, kept from a RequestFailedError's message in a 500.
+_FAILED_INPUT = re.compile(r"^(inputs\[\d+\]: )?.*?( \(\d+ more inputs failed\))?$", re.DOTALL)
+REQUEST_ID_HEADER = "X-Request-Id"
 
 
 # Starlette's routing answers (and FastAPI's unreadable body), by status.
@@ -148,9 +156,14 @@ def is_openai_path(path: str) -> bool:
 def error_response(
     error: BaseException, path: str, retry_after_seconds: int = 1, close: bool = False
 ) -> ORJSONResponse:
-    """The answer to ``error`` on ``path``, in that route family's error shape."""
+    """The answer to ``error`` on ``path``, in that route family's error shape (a 500 with a new request id
+    in its message and its ``X-Request-Id`` header)."""
     kind = error_kind(error)
     message, param = _describe(error, kind)
+    request_id = None
+    if kind.status == 500:
+        request_id = f"req_{secrets.token_hex(8)}"
+        message = f"{message} (request id {request_id}; the server log has the details)"
     if is_openai_path(path):
         if param == "inputs":
             param, message = "input", message.replace("inputs[", "input[").replace("inputs:", "input:")
@@ -168,6 +181,8 @@ def error_response(
         headers["WWW-Authenticate"] = "Bearer"
     if close:
         headers["Connection"] = "close"
+    if request_id is not None:
+        headers[REQUEST_ID_HEADER] = request_id
     return ORJSONResponse(body, status_code=kind.status, headers=headers)
 
 
@@ -177,11 +192,21 @@ def _describe(error: BaseException, kind: ErrorKind) -> tuple[str, str | None]:
         return _validation_message(error)
     if isinstance(error, HTTPException):
         return str(error.detail), None
-    if kind is SERVER_ERROR and not isinstance(error, RequestFailedError):
-        return "internal server error; the server log has the details", None
+    if kind.status == 500:
+        message = _public_500_message(error)
+        return message, "inputs" if message.startswith("inputs[") else None
     message = str(error) or type(error).__name__
     match = _ENGINE_FIELD.match(message)
     return message, match.group(1) if match else None
+
+
+def _public_500_message(error: BaseException) -> str:
+    """What a 500 tells the client: which input failed and how, never the exception's text (internals)."""
+    if not isinstance(error, RequestFailedError):
+        return "internal server error"
+    match = _FAILED_INPUT.match(str(error))
+    position, more = (match.group(1), match.group(2)) if match else (None, None)
+    return f"{position or ''}the forward pass failed for this input{more or ''}"
 
 
 def _validation_message(error: RequestValidationError) -> tuple[str, str | None]:
@@ -247,15 +272,42 @@ def explain_http_error(request: Request, error: HTTPException) -> HTTPException:
 
 
 def install_error_handlers(app: FastAPI, retry_after_seconds: int) -> None:
+    # Starlette's ServerErrorMiddleware re-raises what the Exception handler answered, for the server
+    # (uvicorn) to log again with its traceback: the line below has it already.
+    logging.getLogger("uvicorn.error").addFilter(_ALREADY_LOGGED)
+
     async def handle(request: Request, error: Exception) -> ORJSONResponse:
         if isinstance(error, HTTPException):
             error = explain_http_error(request, error)
         response = error_response(error, request.url.path, retry_after_seconds)
         if response.status_code == 500:
-            logger.error("%s %s -> 500: %r", request.method, request.url.path, error)
+            log_server_error(request, error, response.headers.get(REQUEST_ID_HEADER, "-"))
         return response
 
     # Exception itself goes to Starlette's ServerErrorMiddleware: rendered here, then re-raised and logged.
     handled: list[type[Exception]] = [HTTPException, *ERROR_TABLE]
     for cls in handled:
         app.add_exception_handler(cls, handle)
+
+
+def log_server_error(request: Request, error: BaseException, request_id: str) -> None:
+    """The one log line of a 500: the request id the client got, and the exception (with the traceback of an
+    unexpected one; a failed forward pass has its own in the engine's log)."""
+    traceback = None if isinstance(error, RequestFailedError) else error
+    logger.error(
+        "%s %s -> 500 [%s]: %r", request.method, request.url.path, request_id, error, exc_info=traceback
+    )
+    with contextlib.suppress(AttributeError):  # (an exception type without a __dict__)
+        error.__wde_logged__ = True  # type: ignore[attr-defined]
+
+
+class _AlreadyLoggedFilter(logging.Filter):
+    """Drops the server's "Exception in ASGI application" record of an exception ``log_server_error``
+    logged."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        error = record.exc_info[1] if record.exc_info else None
+        return not getattr(error, "__wde_logged__", False)
+
+
+_ALREADY_LOGGED = _AlreadyLoggedFilter()
