@@ -7,6 +7,10 @@ headers are complete; if it fires, the client gets 408 and the connection is clo
 unfinished header block are counted as they arrive and the complete block is measured, so a header block
 over --max-header-bytes gets 431 and is closed before it is buffered much further. The body is the
 application's to time (``RequestBodyMiddleware``).
+
+A connection closed while its request is still arriving (431 mid-headers, 413 or 408 mid-body) lingers:
+half-closed and drained for a bounded time (``server/lingering_transport.py``), so that a client still
+sending reads the answer instead of a connection reset.
 """
 
 from __future__ import annotations
@@ -17,6 +21,7 @@ from typing import Any
 from uvicorn.protocols.http.httptools_impl import STATUS_LINE, HttpToolsProtocol
 
 from server.errors import HeadersTooLargeError, RequestTimeoutError, error_response
+from server.lingering_transport import LingeringTransport
 
 
 class GuardedHttpToolsProtocol(HttpToolsProtocol):
@@ -29,16 +34,21 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
         self.reading_headers = False  # from a request's first byte until its headers are complete
         self.num_header_bytes = 0  # of the unfinished header block, counted per received chunk
         self.refused = False  # answered 408 / 431 here: the parser's remaining callbacks are ignored
+        self.receiving_request = False  # from a request's first byte until its body is complete
+        self.lingering = False  # closing while the request arrives: what arrives is dropped
+        self.lingering_transport: LingeringTransport | None = None
 
     # 1. the header timer: from the connection's start, and from the first byte of each later request
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
-        super().connection_made(transport)
+        self.lingering_transport = LingeringTransport(transport, self)
+        super().connection_made(self.lingering_transport)  # type: ignore[arg-type]
         self._start_header_timer()
 
     def on_message_begin(self) -> None:
         if self.refused:
             return
         super().on_message_begin()
+        self.receiving_request = True
         self.reading_headers = True
         self.num_header_bytes = 0
         if self.header_timer is None:
@@ -46,11 +56,13 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._cancel_header_timer()
+        if self.lingering_transport is not None:
+            self.lingering_transport.connection_lost()
         super().connection_lost(exc)
 
     # 2. the header size: the unfinished block as it arrives, the finished one exactly
     def data_received(self, data: bytes) -> None:
-        if self.refused:
+        if self.refused or self.lingering:
             return
         continuing = self.reading_headers  # a chunk that starts a request may end with its body
         super().data_received(data)
@@ -75,6 +87,7 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
             super().on_body(body)
 
     def on_message_complete(self) -> None:
+        self.receiving_request = False
         if not self.refused:
             super().on_message_complete()
 
