@@ -86,6 +86,13 @@ class ServedModel:
     def is_loaded(self) -> bool:
         return self.engine is not None
 
+    @property
+    def loaded_engine(self) -> AsyncLLMEngine:
+        """The engine of a loaded model (``ModelRegistry.use`` holds it loaded)."""
+        if self.engine is None:
+            raise EngineUnavailableError(f"model {self.name!r} is not loaded")
+        return self.engine
+
 
 class ModelRegistry:
     def __init__(
@@ -174,7 +181,7 @@ class ModelRegistry:
         it starts (metrics listeners, tracing)."""
         self._engine_hooks.append(hook)
         for model in self.loaded():
-            hook(model, model.engine)
+            hook(model, model.loaded_engine)
 
     def wait_until_ready(self, timeout: float | None = None) -> None:
         """Block until every loaded engine is ready (raises as ``AsyncLLMEngine.wait_until_ready``)."""
@@ -244,7 +251,7 @@ class ModelRegistry:
             return None
         plan, recheck_at = plan_swap(self.models, self.max_loaded_models, self.swap_timing, time.monotonic())
         if plan is not None:
-            self._swap_task = asyncio.create_task(self._swap(plan), name=f"wde-swap-{plan.model.name}")
+            self._swap_task = asyncio.create_task(self._swap(plan), name="wde-model-swap")
         return recheck_at
 
     def _notify(self) -> None:
@@ -276,13 +283,13 @@ class ModelRegistry:
             if model.engine is None:
                 model.engine = self._new_engine(model)
         for model in self.loaded():
-            model.engine.start()  # idempotent
+            model.loaded_engine.start()  # idempotent
             model.loaded_at = time.monotonic()
 
     def shutdown(self) -> None:
         """Drain and stop every loaded engine (blocking: call from a worker thread)."""
         for model in self.loaded():
-            model.engine.shutdown()
+            model.loaded_engine.shutdown()
 
     async def _unload(self, victim: ServedModel, model: ServedModel, reason: str) -> None:
         """Stop ``victim`` taking requests, let the ones it holds finish, and unload it."""

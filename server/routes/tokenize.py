@@ -46,7 +46,7 @@ async def tokenize(body: TokenizeRequest, request: Request) -> StreamingResponse
     check_num_chars(body.inputs, MAX_INPUT_CHARS)
     # 2. the model's tokenizer and prompt
     async with state.models.use(body.model) as model:
-        info = model.engine.info
+        info = model.loaded_engine.info
     prefix = _prompt_prefix(
         info.model_config.prompts, info.model_config.default_prompt_name, body.prompt_name
     )

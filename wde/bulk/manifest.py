@@ -7,7 +7,7 @@ import json
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 from wde.bulk.atomic_file import write_atomically
 from wde.bulk.fingerprint import differences, fingerprint, fingerprinted
@@ -45,8 +45,12 @@ class Manifest:
         return cls(**{key: raw[key] for key in raw if key in cls.__dataclass_fields__})
 
     def write(self, folder: Path) -> None:
-        text = json.dumps(asdict(self), indent=2, sort_keys=True) + "\n"
-        write_atomically(folder / MANIFEST_NAME, lambda f: f.write(text.encode()))
+        data = (json.dumps(asdict(self), indent=2, sort_keys=True) + "\n").encode()
+
+        def write(f: BinaryIO) -> None:
+            f.write(data)
+
+        write_atomically(folder / MANIFEST_NAME, write)
 
     def check_matches(self, current: str, settings: dict[str, Any], folder: Path) -> None:
         """Raise ``FingerprintMismatchError`` unless ``current`` is this manifest's fingerprint (or the one

@@ -45,14 +45,14 @@ class WdeEmbedder:
         self.llm = LLM(model, **engine_args)
         self.text_column = text_column
         self.embedding_column = embedding_column
-        self.encode_options = {"dimensions": dimensions, "normalize": normalize, "prompt_name": prompt_name}
+        self.dimensions, self.normalize, self.prompt_name = dimensions, normalize, prompt_name
         self._dim: int | None = None
 
     def __call__(self, batch: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         texts = batch[self.text_column].tolist()
-        outputs = self.llm.encode(texts, output="dense", **self.encode_options) if texts else []
+        outputs = self._encode(texts) if texts else []
         if outputs:
-            embeddings = np.stack([output.embedding for output in outputs])  # [num_rows, dim]
+            embeddings = np.stack([dense_embedding(output) for output in outputs])  # [num_rows, dim]
             self._dim = embeddings.shape[1]
         else:  # an empty batch (a filter upstream can leave one)
             embeddings = np.zeros((0, self.dim), dtype=np.float32)
@@ -64,5 +64,22 @@ class WdeEmbedder:
     def dim(self) -> int:
         """The embedding size (the first call tells it; before that, one empty text is embedded)."""
         if self._dim is None:
-            self._dim = self.llm.encode([""], output="dense", **self.encode_options)[0].embedding.shape[0]
+            self._dim = dense_embedding(self._encode([""])[0]).shape[0]
         return self._dim
+
+    def _encode(self, texts: list[str]) -> list[Any]:
+        return self.llm.encode(
+            texts,
+            output="dense",
+            dimensions=self.dimensions,
+            normalize=self.normalize,
+            prompt_name=self.prompt_name,
+        )
+
+
+def dense_embedding(output: Any) -> np.ndarray:
+    """The vector of one ``encode(..., output="dense")`` output ([dim])."""
+    embedding = getattr(output, "embedding", None)
+    if not isinstance(embedding, np.ndarray):
+        raise TypeError(f"expected a dense embedding output, got {type(output).__name__}")
+    return embedding

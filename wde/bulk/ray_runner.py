@@ -138,6 +138,7 @@ def _read(spec: InputSpec, chunk_size: int, num_records: int, done: set[Any]) ->
         ]
         return ray.data.from_arrow(tables)
     path = str(spec.path)
+    assert spec.id_field is not None  # positional ids were read above
     num_blocks = max(1, math.ceil(num_records / chunk_size))
     if spec.format == "jsonl":
         # lines=False is pyarrow's reader, which reads JSON lines and keeps "001" a string (lines=True is
@@ -163,7 +164,7 @@ def _read(spec: InputSpec, chunk_size: int, num_records: int, done: set[Any]) ->
     # no repartition, select_columns or filter: each would be a task that waits for a CPU the actors hold
     # (the read itself splits its output into the blocks asked for above)
     return dataset.map_batches(
-        _id_and_text,
+        _id_and_text,  # type: ignore[arg-type]  # (Ray's stubs do not see fn_kwargs)
         fn_kwargs={
             "id_field": spec.id_field,
             "text_field": spec.text_field,

@@ -40,22 +40,23 @@ def check_parts_unchanged(spec: InputSpec, parts: PartStore) -> None:
     gone, or a part written before parts carried a digest), with what to do."""
     # 1. each written id's part, and the digest each part was written with
     part_of: dict[Any, str] = {}
-    stored: dict[str, str | None] = {}
+    stored: dict[str, str] = {}
     for name in parts.names:
-        stored[name] = parts.stored_digest(name)
-        if stored[name] is None:
+        digest = parts.stored_digest(name)
+        if digest is None:
             raise ChangedRecordsError(
                 f"{parts.folder / name} was written without a record digest (an older wde) and the input "
                 "changed since: pass a new --output directory, or the input it was made from"
             )
+        stored[name] = digest
         for record_id in parts.ids(name):
             part_of[record_id] = name
     # 2. one pass over the input: the same digests from the records as they are now
     totals = dict.fromkeys(stored, 0)
     for record_id, text in checked_records(spec):
-        name = part_of.get(record_id)
-        if name is not None:
-            totals[name] += record_digest(record_id, text)
+        part = part_of.get(record_id)
+        if part is not None:
+            totals[part] += record_digest(record_id, text)
     for name, digest in stored.items():
         if f"{totals[name] % DIGEST_MODULUS:016x}" != digest:
             raise ChangedRecordsError(

@@ -15,6 +15,7 @@ import numpy as np
 from wde.bulk.fingerprint import EncodeOptions, fingerprint, fingerprint_settings
 from wde.bulk.output_dir import OutputDir
 from wde.bulk.progress import Progress
+from wde.bulk.ray import dense_embedding
 from wde.bulk.readers import InputSpec, count_records, read_chunks
 from wde.bulk.record_digest import check_parts_unchanged, part_digest
 from wde.config import ModelConfig
@@ -204,7 +205,7 @@ def _embed_in_process(
     for chunk in read_chunks(spec, chunk_size, done):
         sink.begin(len(chunk.ids), chunk.ids[0])
         outputs = engine.encode(chunk.texts, output="dense", **options.as_kwargs())
-        embeddings = np.stack([output.embedding for output in outputs])  # [num_texts, dim]
+        embeddings = np.stack([dense_embedding(output) for output in outputs])  # [num_texts, dim]
         num_tokens = np.array([output.num_tokens for output in outputs], dtype=np.int32)  # [num_texts]
         sink.write(chunk.ids, chunk.texts, embeddings, num_tokens)
     return timings
