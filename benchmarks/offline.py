@@ -23,6 +23,7 @@ float32 peak (no int8 peak is measured).
 from __future__ import annotations
 
 import argparse
+import functools
 import statistics
 import sys
 import tempfile
@@ -73,6 +74,11 @@ class Timing:
             f"{gflops:,.1f} ({gflops / self.peak_gflops:.0%} of peak) | {cells} | "
             f"{ratio} |"
         )
+
+
+def _wde_embeddings(engine: Any, batch: list[str]) -> np.ndarray:
+    """``[num_texts, dim]`` dense embeddings of ``batch`` from an ``LLM``."""
+    return np.stack([output.embedding for output in engine.encode(batch)])
 
 
 def table_header(with_rerank: bool) -> str:
@@ -294,9 +300,7 @@ def main(argv: list[str] | None = None) -> None:
             InProcessSystem(
                 f"sentence-transformers {dtype} (batch {args.st_batch_size})",
                 dtype,
-                lambda batch, st_model=st_model: st_model.encode(
-                    batch, batch_size=args.st_batch_size, convert_to_numpy=True
-                ),
+                functools.partial(st_model.encode, batch_size=args.st_batch_size, convert_to_numpy=True),
                 texts,
             )
         )
@@ -305,7 +309,7 @@ def main(argv: list[str] | None = None) -> None:
             InProcessSystem(
                 wde_label(args.dtype, quantization, backend),
                 args.dtype,
-                lambda batch, engine=engine: np.stack([o.embedding for o in engine.encode(batch)]),
+                functools.partial(_wde_embeddings, engine),
                 texts,
             )
         )

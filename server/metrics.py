@@ -228,7 +228,7 @@ class ResultCacheCollector:
             family_class = CounterMetricFamily if kind == "counter" else GaugeMetricFamily
             families.append(family_class(metric, help_text, labels=["model"]))
         for model in self.models.loaded():
-            reuse = model.engine.result_reuse
+            reuse = model.loaded_engine.result_reuse
             stats = None if reuse is None else reuse.stats()
             for family, (_, _, _, stat) in zip(families, self.FAMILIES, strict=True):
                 family.add_metric([model.name], 0 if stats is None else getattr(stats, stat))

@@ -40,7 +40,7 @@ import shutil
 import sys
 import time
 from pathlib import Path
-from typing import Any, TextIO
+from typing import Any, Literal, TextIO, cast
 
 BACKENDS = ("onnx", "openvino")
 ONNX_CONFIGS = ("arm64", "avx2", "avx512", "avx512_vnni")
@@ -64,6 +64,8 @@ PACKAGES = {
     "onnx": ("sentence-transformers", "transformers", "torch", "onnxruntime", "optimum", "optimum-onnx"),
     "openvino": ("sentence-transformers", "transformers", "torch", "openvino", "optimum-intel", "nncf"),
 }
+
+STBackend = Literal["torch", "onnx", "openvino"]  # SentenceTransformer(backend=...)
 
 
 class ProtocolError(ValueError):
@@ -164,6 +166,8 @@ def int8_file(backend: str, onnx_config: str | None, calibration: dict[str, Any]
     if backend == "onnx":
         suffix = f"qint8_{onnx_config}"
         return suffix, f"onnx/model_{suffix}.onnx"
+    if calibration is None:
+        raise ValueError("an OpenVINO static int8 export needs its calibration set")
     suffix = f"qint8_static_{calibration['key']}"
     return suffix, f"openvino/openvino_model_{suffix}.xml"
 
@@ -209,7 +213,9 @@ class Worker:
         if file not in finished_exports(folder):
             from sentence_transformers import SentenceTransformer
 
-            model = SentenceTransformer(str(folder), backend=backend, device="cpu")  # exports on load
+            model = SentenceTransformer(
+                str(folder), backend=cast(STBackend, backend), device="cpu"
+            )  # exports on load
             model.save_pretrained(str(folder))
             mark_exported(folder, file)
         return file
@@ -226,6 +232,7 @@ class Worker:
 
             export_dynamic_quantized_onnx_model(base, command["onnx_config"], str(folder), file_suffix=suffix)
         else:
+            assert calibration is not None  # int8_file refused an OpenVINO export without one
             _export_static_openvino(base, folder, suffix, calibration)
         mark_exported(folder, file)
         return file
@@ -268,7 +275,9 @@ def _load(folder: Path, backend: str, file: str, threads: int, precision_hint: s
         if precision_hint is not None:
             ov_config["INFERENCE_PRECISION_HINT"] = precision_hint
         kwargs = {"file_name": file, "ov_config": ov_config}
-    return SentenceTransformer(str(folder), backend=backend, device="cpu", model_kwargs=kwargs)
+    return SentenceTransformer(
+        str(folder), backend=cast(STBackend, backend), device="cpu", model_kwargs=kwargs
+    )
 
 
 def _export_static_openvino(base: Any, folder: Path, suffix: str, calibration: dict[str, Any]) -> None:

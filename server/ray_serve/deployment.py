@@ -145,12 +145,13 @@ def start_serve(session: RaySession, host: str, port: int, keep_alive_timeout: f
 def deploy(session: RaySession, plan: ReplicaPlan, build_app: Callable[[], Any], log_level: str) -> None:
     """4. The application: returns once every replica's engine is ready (RuntimeError if one fails)."""
     from ray import serve
+    from ray.serve import Deployment
     from ray.serve.config import BackpressureConfig
 
     from server.ray_serve.replica import ingress_deployment
 
     start = time.perf_counter()
-    deployment = serve.deployment(
+    deployment: Deployment = serve.deployment(  # type: ignore[assignment]  # a class in: a Deployment out
         ingress_deployment(),
         backpressure_config=BackpressureConfig(status_code=429, retry_after_s=plan.retry_after_seconds),
         **plan.deployment_options(),
@@ -220,8 +221,9 @@ def _proxy_url(host: str, port: int) -> str:
     try:
         from ray.serve.context import _get_global_client
 
-        config = _get_global_client().http_config
-        host, port = config.host or host, config.port
+        client = _get_global_client()
+        if client is not None:
+            host, port = client.http_config.host or host, client.http_config.port
     except Exception:  # a private API: fall back on the flags
         pass
     if host in ("0.0.0.0", "::"):

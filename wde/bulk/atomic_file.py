@@ -11,7 +11,7 @@ from typing import BinaryIO
 TMP_PREFIX = ".tmp-"  # hidden: pyarrow / pandas read_parquet(folder) skip names starting with "." or "_"
 
 
-def write_atomically(path: Path, write: Callable[[BinaryIO], None]) -> None:
+def write_atomically(path: Path, write: Callable[[BinaryIO], object]) -> None:
     tmp = path.with_name(f"{TMP_PREFIX}{path.name}")
     with tmp.open("wb") as f:
         write(f)
