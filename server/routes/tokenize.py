@@ -8,6 +8,7 @@ time, so neither a per-token dict of the whole answer nor the whole body ever ex
 
 from __future__ import annotations
 
+import asyncio
 import ctypes
 import ctypes.util
 import functools
@@ -18,6 +19,7 @@ from typing import Any
 import orjson
 import tokenizers
 from fastapi import APIRouter, Request
+from starlette.background import BackgroundTask
 from starlette.concurrency import run_in_threadpool
 from starlette.responses import StreamingResponse
 
@@ -33,6 +35,8 @@ TOKENS_PER_CHUNK = 4096
 # A request that tokenized this many tokens hands the freed heap back to the system when done: a tokenizer
 # encoding costs ~300 bytes a token in the tokenizer's native heap, which glibc otherwise keeps.
 MIN_TOKENS_TO_TRIM = 16_384
+TRIM_DELAY_SECONDS = 1.0
+_trim_pending = False  # a trim_heap_soon is scheduled
 # One answer chunk is built at a time, whatever the number of /tokenize requests: building holds the GIL,
 # and each more thread wanting it delays the event loop's turns (/health, other routes' I/O).
 _BUILD_LOCK = threading.Lock()
@@ -52,13 +56,20 @@ async def tokenize(body: TokenizeRequest, request: Request) -> StreamingResponse
     )
     texts = [prefix + text for text in body.inputs]
     # 3. tokenize off the event loop, refusing past the tokens bound before any answer is built
-    encodings = await run_in_threadpool(
-        encode_within, info.tokenizer, texts, body.add_special_tokens, state.settings.max_tokenize_tokens
-    )
+    try:
+        encodings = await run_in_threadpool(
+            encode_within, info.tokenizer, texts, body.add_special_tokens, state.settings.max_tokenize_tokens
+        )
+    except ValueError:  # past the bound: a large encoding (and body) freed once the 422 is sent
+        trim_heap_soon()
+        raise
     # 4. the answer, serialized a slice at a time in the threadpool (Starlette iterates a sync generator
     #    there) as the client reads it
     chunks = json_chunks(info.tokenizer, texts, encodings)
-    return StreamingResponse(chunks, media_type="application/json")
+    num_tokens = sum(len(encoding) for encoding in encodings)
+    # 5. a large answer's freed heap handed back once it is sent (its last chunks were in the socket's buffer)
+    trim = BackgroundTask(_trim_heap_soon_async) if num_tokens >= MIN_TOKENS_TO_TRIM else None
+    return StreamingResponse(chunks, media_type="application/json", background=trim)
 
 
 def _prompt_prefix(prompts: dict[str, str], default_name: str | None, prompt_name: str | None) -> str:
@@ -93,7 +104,7 @@ def encode_within(
         (encoding,) = tokenizer.encode_batch([text], add_special_tokens=add_special_tokens)
         num_tokens += len(encoding)
         if num_tokens > max_tokens:
-            del encoding, encodings
+            del encoding, encodings  # not kept alive by the traceback's frame
             release_freed_memory()
             raise ValueError(
                 f"inputs: {num_tokens} tokens by inputs[{position}], more than --max-tokenize-tokens "
@@ -108,32 +119,32 @@ def json_chunks(
 ) -> Iterator[bytes]:
     """``[[token, ...], ...]`` as JSON, ``TOKENS_PER_CHUNK`` tokens per chunk; each encoding is dropped
     once sent. A token's text is its slice of the input (specials: the vocabulary's string)."""
-    num_tokens = sum(len(encoding) for encoding in encodings)
     try:
         yield b"["
         for index, text in enumerate(texts):
             encoding, encodings[index] = encodings[index], None  # type: ignore[call-overload]
             yield b",[" if index else b"["
-            ids = encoding.ids
-            offsets, special = encoding.offsets, encoding.special_tokens_mask
+            yield from _text_chunks(tokenizer, text, encoding)
             del encoding
-            for start in range(0, len(ids), TOKENS_PER_CHUNK):
-                stop = min(start + TOKENS_PER_CHUNK, len(ids))
-                with _BUILD_LOCK:
-                    chunk = orjson.dumps(
-                        [
-                            _simple_token(tokenizer, text, ids[i], offsets[i], special[i])
-                            for i in range(start, stop)
-                        ]
-                    )
-                yield (b"," if start else b"") + chunk[1:-1]
-            del ids, offsets, special
             yield b"]"
         yield b"]"
     finally:
         encodings.clear()
-        if num_tokens >= MIN_TOKENS_TO_TRIM:
-            release_freed_memory()
+
+
+def _text_chunks(
+    tokenizer: tokenizers.Tokenizer, text: str, encoding: tokenizers.Encoding
+) -> Iterator[bytes]:
+    """One text's tokens as JSON (without the brackets), a chunk at a time, each built under
+    ``_BUILD_LOCK`` (building holds the GIL: one builder at a time leaves the event loop its turns)."""
+    ids, offsets, special = encoding.ids, encoding.offsets, encoding.special_tokens_mask
+    for start in range(0, len(ids), TOKENS_PER_CHUNK):
+        stop = min(start + TOKENS_PER_CHUNK, len(ids))
+        with _BUILD_LOCK:
+            chunk = orjson.dumps(
+                [_simple_token(tokenizer, text, ids[i], offsets[i], special[i]) for i in range(start, stop)]
+            )
+        yield (b"," if start else b"") + chunk[1:-1]
 
 
 def _simple_token(
@@ -144,6 +155,27 @@ def _simple_token(
         return {"id": token_id, "text": token, "special": True, "start": None, "stop": None}
     start, stop = offset
     return {"id": token_id, "text": text[start:stop], "special": False, "start": start, "stop": stop}
+
+
+def trim_heap_soon() -> None:
+    """``release_freed_memory`` in the threadpool ``TRIM_DELAY_SECONDS`` from now, when what the request held
+    is freed (one pending trim at a time). Call on the event loop."""
+    global _trim_pending
+    if _trim_pending:
+        return
+    _trim_pending = True
+    loop = asyncio.get_running_loop()
+
+    def trim() -> None:
+        global _trim_pending
+        _trim_pending = False
+        loop.run_in_executor(None, release_freed_memory)
+
+    loop.call_later(TRIM_DELAY_SECONDS, trim)
+
+
+async def _trim_heap_soon_async() -> None:
+    trim_heap_soon()
 
 
 def release_freed_memory() -> None:
