@@ -50,7 +50,9 @@ async def test_the_culprit_gets_500_naming_its_input_and_the_others_200(
     # TEI shape and OpenAI shape, both naming the failing input and what failed
     tei, openai_answer = responses[15], responses[16]
     assert tei.status_code == 500 and tei.json()["error_type"] == "Backend"
-    assert tei.json()["error"].startswith("inputs[1]: the forward pass failed for this input (request id req_")
+    assert tei.json()["error"].startswith(
+        "inputs[1]: the forward pass failed for this input (request id req_"
+    )
     assert "RuntimeError" not in tei.text  # the exception goes to the log only (test_error_answers.py)
     assert openai_answer.status_code == 500
     error = openai_answer.json()["error"]

@@ -13,8 +13,8 @@ import pytest
 from server.errors import ModelNotFoundError
 from server.model_memory import check_models_fit
 from server.model_registry import EMBED, SCORE, ModelRegistry, ServedModel
-from server.swap_policy import SwapTiming
 from server.models_file import read_models_file
+from server.swap_policy import SwapTiming
 from tests.server.fake_engine import FakeEngine
 from wde import EngineArgs
 from wde.entrypoints.async_llm_engine import AsyncLLMEngine
