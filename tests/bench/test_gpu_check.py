@@ -23,7 +23,10 @@ needs_no_cuda = pytest.mark.skipif(torch.cuda.is_available(), reason="this machi
 @needs_no_cuda
 def test_make_gpu_check_says_no_cuda_in_one_line_and_exits_2() -> None:
     command = (
-        ["make", "gpu-check"] if shutil.which("make") else [sys.executable, "-m", "benchmarks.gpu_check"]
+        # --no-print-directory: under `make test` this make is nested and would print "Entering directory"
+        ["make", "--no-print-directory", "gpu-check"]
+        if shutil.which("make")
+        else [sys.executable, "-m", "benchmarks.gpu_check"]
     )
     result = subprocess.run(command, cwd=REPO_ROOT, capture_output=True, text=True, timeout=120)
     assert result.returncode == gpu_check.NO_CUDA_EXIT_CODE == 2
