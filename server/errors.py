@@ -2,7 +2,10 @@
 
 TEI routes answer ``{"error": "...", "error_type": "..."}``; ``/v1/*`` routes answer OpenAI's
 ``{"error": {"message", "type", "param", "code"}}``. Route handlers raise; the handlers registered in
-``install_error_handlers`` (and the middlewares, through ``error_response``) render.
+``install_error_handlers`` (and the middlewares, through ``error_response``) render. A route's door
+(``server/doors.py``) picks the shape and, where TEI's statuses differ from OpenAI's convention (an over-long
+input: 413, not 400; a route the model does not serve: 424; an empty list of inputs: 400), the status:
+``ERROR_TABLE`` holds every door's answer, ``TEI_ERROR_TABLE`` TEI's where it differs.
 
 A 500 says what failed without internals ("inputs[2]: the forward pass failed for this input") and a
 request id (also the ``X-Request-Id`` header); the exception itself goes to the log, once, under that id.
@@ -21,6 +24,7 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from starlette.exceptions import HTTPException
 
+from server.doors import TEI_MODEL_PATHS, TEI_OPENAI_PATHS, Door, door_of
 from server.responses import ORJSONResponse
 from wde.engine.errors import InputTooLongError, RequestFailedError
 from wde.entrypoints.async_llm_engine import TaskNotSupportedError
@@ -112,6 +116,14 @@ ERROR_TABLE: dict[type[Exception], ErrorKind] = {
     RequestFailedError: SERVER_ERROR,
     Exception: SERVER_ERROR,
 }
+# TEI's door: the errors TEI answers with another status (its ErrorType Validation: 413, Backend: 424).
+TEI_ERROR_TABLE: dict[type[Exception], ErrorKind] = {
+    InputTooLongError: ErrorKind(413, "Validation", "invalid_request_error", "context_length_exceeded"),
+    TaskNotSupportedError: ErrorKind(424, "Backend", "invalid_request_error", "unsupported_task"),
+}
+# TEI's door, its batch routes: an empty list of inputs (elsewhere: 422 naming the field, as other bad input).
+EMPTY_INPUTS = ErrorKind(400, "Empty", "invalid_request_error", "empty_inputs")
+_INPUT_LISTS = frozenset({"inputs", "texts", "inputs.sentences"})
 
 # Fields the engine names at the start of its error messages ("inputs[3]: ...", "dimensions (999) ...").
 _ENGINE_FIELD = re.compile(r"^(inputs|dimensions|prompt_name|truncate|normalize)\b")
@@ -128,29 +140,33 @@ HTTP_ERROR_KINDS = {
 }
 
 
-def error_kind(error: BaseException) -> ErrorKind:
+def error_kind(error: BaseException, path: str) -> ErrorKind:
+    """How ``error`` is answered on ``path``: its most specific class's kind (TEI's, on TEI's door)."""
     if isinstance(error, HTTPException):  # routing: 404 unknown path, 405 wrong method
         if error.status_code in HTTP_ERROR_KINDS:
             return HTTP_ERROR_KINDS[error.status_code]
         tei_type = "Validation" if error.status_code < 500 else "Backend"
         openai_type = "invalid_request_error" if error.status_code < 500 else "server_error"
         return ErrorKind(error.status_code, tei_type, openai_type)
+    tei = door_of(path) is Door.TEI
+    if tei and path in TEI_MODEL_PATHS and _is_empty_inputs(error):
+        return EMPTY_INPUTS
+    tables = (TEI_ERROR_TABLE, ERROR_TABLE) if tei else (ERROR_TABLE,)
     for cls in type(error).__mro__:
-        if cls in ERROR_TABLE:
-            return ERROR_TABLE[cls]
+        for table in tables:
+            if cls in table:
+                return table[cls]
     return SERVER_ERROR
 
 
-# vLLM's unversioned pooling routes and the unversioned OpenAI ones answer OpenAI's error shape too.
-OPENAI_SHAPED_PATHS = frozenset({"/score", "/classify", "/pooling", "/embeddings", "/models"})
-# TEI's OpenAI route: its errors carry TEI's OpenAICompatErrorResponse fields (message, code, error_type) too.
-TEI_OPENAI_PATHS = frozenset({"/v1/embeddings", "/embeddings"})
-
-
-def is_openai_path(path: str) -> bool:
-    """Versioned routes (OpenAI /v1/*, Cohere-style /v1/rerank and /v2/rerank) and vLLM's / the unversioned
-    OpenAI routes answer OpenAI's error shape."""
-    return path.startswith(("/v1/", "/v2/")) or path in OPENAI_SHAPED_PATHS
+def _is_empty_inputs(error: BaseException) -> bool:
+    """The request's list of inputs (``inputs``, ``texts``, ``inputs.sentences``) is empty, and nothing else
+    is wrong."""
+    if not isinstance(error, RequestValidationError) or not error.errors():
+        return False
+    return all(
+        item.get("input") == [] and _location(item.get("loc", ())) in _INPUT_LISTS for item in error.errors()
+    )
 
 
 def error_response(
@@ -158,13 +174,13 @@ def error_response(
 ) -> ORJSONResponse:
     """The answer to ``error`` on ``path``, in that route family's error shape (a 500 with a new request id
     in its message and its ``X-Request-Id`` header)."""
-    kind = error_kind(error)
+    kind = error_kind(error, path)
     message, param = _describe(error, kind)
     request_id = None
     if kind.status == 500:
         request_id = f"req_{secrets.token_hex(8)}"
         message = f"{message} (request id {request_id}; the server log has the details)"
-    if is_openai_path(path):
+    if door_of(path) is Door.OPENAI:
         if param == "inputs":
             param, message = "input", message.replace("inputs[", "input[").replace("inputs:", "input:")
         body: dict[str, Any] = {
@@ -188,6 +204,10 @@ def error_response(
 
 def _describe(error: BaseException, kind: ErrorKind) -> tuple[str, str | None]:
     """(message, the request field it is about)."""
+    if kind is EMPTY_INPUTS:  # as TEI words it ("`inputs` cannot be empty")
+        assert isinstance(error, RequestValidationError)  # _is_empty_inputs
+        field = _location(error.errors()[0].get("loc", ()))
+        return f"{field} cannot be empty; pass at least one input", field
     if isinstance(error, RequestValidationError):
         return _validation_message(error)
     if isinstance(error, HTTPException):

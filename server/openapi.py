@@ -16,7 +16,7 @@ from fastapi import FastAPI
 from fastapi.openapi.utils import get_openapi
 
 from server.app_state import AppState
-from server.errors import is_openai_path
+from server.doors import TEI_MODEL_PATHS, Door, door_of
 from server.infinity_protocol import InfinityClassifyRequest
 from server.protocol import OpenAIErrorResponse, RequestModel, TEIErrorResponse
 from server.routes.compat import root_bodies
@@ -27,7 +27,8 @@ from wde.output_kinds import OUTPUT_KINDS, routes_of
 REF = "#/components/schemas/{model}"
 PUBLIC_PATHS = frozenset({"/health", "/metrics"})
 NO_MODEL_PATHS = ("/v1/files", "/v1/batches")  # POST routes that name no model
-# The statuses every POST route may answer besides 200 and 422 (README's error table).
+# The statuses every POST route may answer besides 200 and 422 (README's error table), by door
+# (server/doors.py): TEI's routes answer TEI's 413 and 424 where the others answer OpenAI's 400.
 POST_ERRORS = {
     400: "an input is too long with truncation off, the body is not UTF-8, or the model serves another task "
     "or output kind",
@@ -37,6 +38,16 @@ POST_ERRORS = {
     431: "the headers are too large",
     500: "running an input failed (only that input's request)",
     503: "the model is loading, the server is shutting down, or the engine died",
+}
+TEI_POST_ERRORS = {
+    **POST_ERRORS,
+    400: "the body is not UTF-8",
+    413: "the body or the number of inputs is over the limit, or an input is too long with truncation off",
+}
+TEI_MODEL_POST_ERRORS = {  # TEI's routes that run the model
+    **TEI_POST_ERRORS,
+    400: "the body is not UTF-8, or the list of inputs is empty",
+    424: "the model serves another task or output kind",
 }
 GET_ERRORS = {503: "the model is loading or the server is shutting down"}
 TASK_PATHS = {  # routes that only a model of the other task can serve
@@ -82,9 +93,10 @@ def _document_errors(schema: dict[str, Any], state: AppState) -> None:
         components.update(model_schema.pop("$defs", {}))
         components[model.__name__] = model_schema
     for path, operations in schema["paths"].items():
-        error_model = "OpenAIErrorResponse" if is_openai_path(path) else "TEIErrorResponse"
+        tei = door_of(path) is Door.TEI
+        error_model = "TEIErrorResponse" if tei else "OpenAIErrorResponse"
         for method, operation in operations.items():
-            errors = dict(POST_ERRORS if method == "post" else GET_ERRORS)
+            errors = dict(_post_errors(path) if method == "post" else GET_ERRORS)
             if state.settings.api_key and path not in PUBLIC_PATHS:
                 errors[401] = "missing or wrong API key"
             if state.models.is_multi_model and method == "post" and not path.startswith(NO_MODEL_PATHS):
@@ -99,6 +111,12 @@ def _document_errors(schema: dict[str, Any], state: AppState) -> None:
                     "description": description,
                     "content": {"application/json": {"schema": {"$ref": REF.format(model=error_model)}}},
                 }
+
+
+def _post_errors(path: str) -> dict[int, str]:
+    if door_of(path) is Door.OPENAI:
+        return POST_ERRORS
+    return TEI_MODEL_POST_ERRORS if path in TEI_MODEL_PATHS else TEI_POST_ERRORS
 
 
 # ---- request bodies -------------------------------------------------------------------------------------

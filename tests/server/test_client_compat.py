@@ -189,17 +189,17 @@ async def test_one_access_log_line_per_request_and_errors_counted(
     caplog.set_level(logging.INFO, logger="wde.access")
     async with asgi_client(async_engine) as (client, _):
         assert (await client.post("/embed", json={"inputs": TEXTS})).status_code == 200
-        assert (await client.post("/embed", json={"inputs": []})).status_code == 422
+        assert (await client.post("/embed", json={"inputs": []})).status_code == 400  # TEI's "Empty"
         assert (await client.post("/v1/embeddings", json={"input": "x"})).status_code == 200
         metrics = (await client.get("/metrics")).text
     lines = [record for record in caplog.records if record.name == "wde.access"]
     assert len(lines) == 4, [record.getMessage() for record in lines]
     ok, bad, openai, _ = (record.getMessage() for record in lines)
     assert ok.startswith("POST /embed 200 ") and "inputs=3 tokens=" in ok and " ms " in ok
-    assert bad.startswith("POST /embed 422 ") and "error=" in bad and "inputs" in bad
+    assert bad.startswith("POST /embed 400 ") and "error=" in bad and "inputs" in bad
     assert lines[1].levelno == logging.WARNING
     assert openai.startswith("POST /v1/embeddings 200 ") and "inputs=1 tokens=3" in openai
-    assert 'wde_http_requests_total{method="POST",model="",route="/embed",status="422"} 1.0' in metrics
+    assert 'wde_http_requests_total{method="POST",model="",route="/embed",status="400"} 1.0' in metrics
 
 
 @pytest.mark.anyio
@@ -227,7 +227,7 @@ async def test_error_wording(
 async def test_embedding_model_asked_to_classify_names_the_routes(async_engine: AsyncLLMEngine) -> None:
     async with asgi_client(async_engine) as (client, _):
         response = await client.post("/predict", json={"inputs": "x"})
-    assert response.status_code == 400
+    assert response.status_code == 424  # TEI's status: not a classifier
     assert "/embed" in response.json()["error"] and "score endpoints" not in response.json()["error"]
 
 

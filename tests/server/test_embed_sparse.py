@@ -2,7 +2,7 @@
 sentence-transformers): TEI's answer shape ``[[{"index", "value"}, ...], ...]`` with the numbers of
 ``LLM.encode(output="sparse")``, limits and error shapes as /embed, ``/info`` and ``/openapi.json`` saying
 what the model serves; a dense-only model asked for sparse output (and a SPLADE model asked for dense)
-answers 400 naming the outputs it serves."""
+answers TEI's 424 (on /v1/embeddings OpenAI's 400) naming the outputs it serves."""
 
 from __future__ import annotations
 
@@ -96,12 +96,14 @@ async def test_info_and_openapi_say_sparse(splade_engine: AsyncLLMEngine) -> Non
     assert not {"/embed", "/embed_all", "/predict"} & set(paths)
 
 
-async def test_dense_routes_of_a_splade_model_answer_400(splade_engine: AsyncLLMEngine) -> None:
+async def test_dense_routes_of_a_splade_model_answer_424_on_tei_400_on_openai(
+    splade_engine: AsyncLLMEngine,
+) -> None:
     async with asgi_client(splade_engine) as (client, _):
         embed = await client.post("/embed", json={"inputs": "x"})
         openai = await client.post("/v1/embeddings", json={"input": "x"})
-    assert embed.status_code == 400, embed.text
-    assert embed.json()["error_type"] == "Validation"
+    assert embed.status_code == 424, embed.text  # TEI's status for a route the model does not serve
+    assert embed.json()["error_type"] == "Backend"
     assert "serves: sparse" in embed.json()["error"] and "/embed_sparse" in embed.json()["error"]
     assert openai.status_code == 400 and openai.json()["error"]["code"] == "unsupported_task"
     assert "serves: sparse" in openai.json()["error"]["message"]
@@ -125,13 +127,13 @@ async def test_rerank_by_sparse_dot_product(splade_engine: AsyncLLMEngine) -> No
     )
 
 
-async def test_dense_only_model_asked_for_sparse_answers_400(async_engine: AsyncLLMEngine) -> None:
+async def test_dense_only_model_asked_for_sparse_answers_424(async_engine: AsyncLLMEngine) -> None:
     async with asgi_client(async_engine) as (client, _):
         response = await client.post("/embed_sparse", json={"inputs": ["a text"]})
         paths = (await client.get("/openapi.json")).json()["paths"]
         info = (await client.get("/info")).json()
-    assert response.status_code == 400, response.text
-    assert response.json()["error_type"] == "Validation"
+    assert response.status_code == 424, response.text  # TEI's answer: not a SPLADE model
+    assert response.json()["error_type"] == "Backend"
     assert "does not produce sparse output" in response.json()["error"]
     assert "serves: dense" in response.json()["error"] and "POST /embed" in response.json()["error"]
     assert "/embed_sparse" not in paths and info["outputs"] == ["dense"]
@@ -140,12 +142,12 @@ async def test_dense_only_model_asked_for_sparse_answers_400(async_engine: Async
 @pytest.mark.parametrize(
     ("body", "status", "field"),
     [
-        ({"inputs": []}, 422, "inputs"),
+        ({"inputs": []}, 400, "inputs"),  # TEI's "Empty"
         ({"inputs": "x", "max_active_dims": 0}, 422, "max_active_dims"),
         ({"inputs": "x", "truncation_direction": "middle"}, 422, "truncation_direction"),
         ({"inputs": "x", "prompt_name": "nope"}, 422, "prompt_name"),
         ({"inputs": ["a", "b", "c"]}, 413, "--max-client-batch-size"),
-        ({"inputs": ["word " * 100], "truncate": False}, 400, "max_model_len"),
+        ({"inputs": ["word " * 100], "truncate": False}, 413, "max_model_len"),  # TEI's "Validation"
     ],
 )
 async def test_errors_as_embed(splade_engine: AsyncLLMEngine, body: dict, status: int, field: str) -> None:

@@ -116,9 +116,9 @@ def test_tei_routes_pick_the_first_model_of_their_kind(two_models: ServeProcess,
         f"{url}/rerank", json={"query": QUERY, "texts": DOCUMENTS, "model": "minilm"}, timeout=TIMEOUT
     )
     assert by_cosine.status_code == 200 and by_cosine.json() != ranks
-    # the cross-encoder has no embeddings: 400 naming its task, as on its own server
+    # the cross-encoder has no embeddings: TEI's 424 naming its task, as on its own server
     refused = httpx.post(f"{url}/embed", json={"inputs": "hi", "model": "reranker"}, timeout=TIMEOUT)
-    assert refused.status_code == 400 and "score" in refused.json()["error"]
+    assert refused.status_code == 424 and "score" in refused.json()["error"]
 
 
 def test_models_info_and_metrics_list_every_model(two_models: ServeProcess) -> None:

@@ -2,7 +2,8 @@
 ColBERT (MultiVectorEncoder): TEI's ``POST /embed_all`` (``[[[float]]]``: each input's token vectors) and
 ``POST /embed_sparse``, ``/v1/embeddings`` with ``output`` (sparse ``{indices, values}``, token vectors,
 several kinds as ``{kind: value}``; floats or base64) carrying the numbers of ``AsyncLLMEngine.encode``,
-through the official openai SDK too; a model without a kind answers 400 naming what it serves."""
+through the official openai SDK too; a model without a kind answers 424 on TEI's routes (400 on
+/v1/embeddings) naming what it serves."""
 
 from __future__ import annotations
 
@@ -130,18 +131,18 @@ async def test_colbert_root_route_and_query_side(colbert_engine: AsyncLLMEngine)
     assert root.status_code == 200 and root.json() == all_route.json()  # TEI's POST /: the model's kind
     for vectors, output in zip(all_route.json(), queries, strict=True):
         np.testing.assert_allclose(vectors, output.vectors, atol=FP32_ATOL)
-    assert embed.status_code == 400 and "serves: multi_vector" in embed.json()["error"]
+    assert embed.status_code == 424 and "serves: multi_vector" in embed.json()["error"]  # TEI's Backend
     assert {"/embed_all", "/v1/embeddings", "/rerank"} <= set(paths) and "/embed" not in paths
     assert info["outputs"] == ["multi_vector"]
 
 
-async def test_dense_only_model_answers_400_naming_its_kinds(async_engine: AsyncLLMEngine) -> None:
+async def test_dense_only_model_answers_424_naming_its_kinds(async_engine: AsyncLLMEngine) -> None:
     async with asgi_client(async_engine) as (client, _):
         embed_all = await client.post("/embed_all", json={"inputs": ["a text"]})
         openai = await client.post("/v1/embeddings", json={"input": "a text", "output": ["dense", "sparse"]})
         paths = (await client.get("/openapi.json")).json()["paths"]
-    assert embed_all.status_code == 400, embed_all.text
-    assert embed_all.json()["error_type"] == "Validation"
+    assert embed_all.status_code == 424, embed_all.text  # TEI's route: TEI's status
+    assert embed_all.json()["error_type"] == "Backend"
     assert "does not produce multi_vector output" in embed_all.json()["error"]
     assert "serves: dense" in embed_all.json()["error"]
     assert openai.status_code == 400 and "does not produce sparse output" in openai.json()["error"]["message"]
@@ -151,11 +152,11 @@ async def test_dense_only_model_answers_400_naming_its_kinds(async_engine: Async
 @pytest.mark.parametrize(
     ("body", "status", "field"),
     [
-        ({"inputs": []}, 422, "inputs"),
+        ({"inputs": []}, 400, "inputs"),  # TEI's "Empty"
         ({"inputs": "x", "input_type": "passage"}, 422, "input_type"),
         ({"inputs": "x", "truncation_direction": "middle"}, 422, "truncation_direction"),
         ({"inputs": ["a", "b", "c"]}, 413, "--max-client-batch-size"),
-        ({"inputs": ["word " * 100], "truncate": False}, 400, "max_model_len"),
+        ({"inputs": ["word " * 100], "truncate": False}, 413, "max_model_len"),  # TEI's "Validation"
     ],
 )
 async def test_embed_all_errors_as_embed(

@@ -85,7 +85,7 @@ async def test_cohere_rank_fields_rank_structured_documents(
 @pytest.mark.parametrize(
     ("path", "body", "status", "needle"),
     [
-        ("/rerank", {"query": QUERY, "texts": []}, 422, "texts"),
+        ("/rerank", {"query": QUERY, "texts": []}, 400, "texts"),  # TEI's "Empty"
         ("/rerank", {"query": ["not", "a", "str"], "texts": ["a"]}, 422, "query"),
         ("/rerank", {"query": QUERY, "texts": ["a", 3]}, 422, "texts"),
         ("/rerank", {"query": QUERY, "texts": ["a"], "truncation_direction": "middle"}, 422, "right"),
@@ -156,6 +156,6 @@ def test_cross_encoder_over_uvicorn_returns_cohere_shape_in_reference_order(
     embed = httpx.post(
         f"{cross_encoder_server.url}/embed", json={"inputs": "a cross-encoder has no embeddings"}
     )
-    assert embed.status_code == 400 and "score" in embed.json()["error"]
+    assert embed.status_code == 424 and "score" in embed.json()["error"]  # TEI's status: not an embedder
     info = httpx.get(f"{cross_encoder_server.url}/info").json()
     assert info["model_type"]["reranker"] is not None

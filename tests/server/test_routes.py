@@ -44,15 +44,15 @@ async def test_embed_options(async_engine: AsyncLLMEngine, default_llm) -> None:
     assert truncated.status_code == 200
 
 
-async def test_embed_too_long_without_truncation_is_400(async_engine: AsyncLLMEngine) -> None:
+async def test_embed_too_long_without_truncation_is_413(async_engine: AsyncLLMEngine) -> None:
     async with asgi_client(async_engine) as (client, _):
         text = await client.post("/embed", json={"inputs": ["ok", LONG_TEXT], "truncate": False})
         ids = await client.post("/embed", json={"inputs": [[101] * 300], "truncate": False})
         openai = await client.post("/v1/embeddings", json={"input": [[101] * 300, "x " * 400]})
-    assert text.status_code == 400, text.text
+    assert text.status_code == 413, text.text  # TEI's status for its ErrorType Validation
     assert text.json()["error_type"] == "Validation" and "inputs[1]" in text.json()["error"]
     assert "max_model_len (256)" in text.json()["error"]
-    assert ids.status_code == 400 and "max_model_len" in ids.json()["error"]
+    assert ids.status_code == 413 and "max_model_len" in ids.json()["error"]
     assert openai.status_code == 200  # truncation is the server default
 
 
@@ -60,7 +60,6 @@ async def test_embed_too_long_without_truncation_is_400(async_engine: AsyncLLMEn
     ("body", "field"),
     [
         ({}, "inputs"),
-        ({"inputs": []}, "inputs"),
         ({"inputs": 5}, "inputs"),
         ({"inputs": [None]}, "inputs"),
         ({"inputs": [{"prompt": "x"}]}, "inputs"),
@@ -196,7 +195,7 @@ async def test_openai_token_inputs_and_dimensions(async_engine: AsyncLLMEngine, 
 @pytest.mark.parametrize(
     ("body", "status", "param", "code"),
     [
-        ({"input": []}, 422, "input", None),
+        ({"input": []}, 422, "input", None),  # OpenAI's door: a validation error (TEI's routes: 400 Empty)
         ({"input": [[1, "a"]]}, 422, "input", None),
         ({"input": "x", "encoding_format": "int8"}, 422, "encoding_format", None),
         ({"input": "x", "dimensions": 10_000}, 422, "dimensions", None),
@@ -346,7 +345,7 @@ async def test_metrics_parse_and_count(async_engine: AsyncLLMEngine) -> None:
         if s.name == "wde_http_requests_total"
     }
     # the model label: the served name a request reached, "" for one refused before its handler ran
-    assert counts[(model, "/embed", "200")] == 1 and counts[("", "/embed", "422")] == 1
+    assert counts[(model, "/embed", "200")] == 1 and counts[("", "/embed", "400")] == 1
     assert counts[("", "unmatched", "404")] == 1
     batch_counts = [
         s.value for s in families["wde_batch_size_sequences"].samples if s.name.endswith("_count")

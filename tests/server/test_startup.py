@@ -76,7 +76,7 @@ def test_ready_line_with_the_url_and_access_lines(tmp_path: Path) -> None:
         assert (
             httpx.post(f"{server.url}/embed", json={"inputs": ["a", "b"]}, timeout=TIMEOUT).status_code == 200
         )
-        assert httpx.post(f"{server.url}/embed", json={"inputs": []}, timeout=TIMEOUT).status_code == 422
+        assert httpx.post(f"{server.url}/embed", json={"inputs": []}, timeout=TIMEOUT).status_code == 400
         server.process.send_signal(signal.SIGTERM)
         assert server.wait() == 0, server.log()
         log = server.log()
