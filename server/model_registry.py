@@ -11,7 +11,9 @@
   that request has waited --max-swap-wait (the loaded model then finishes the requests it holds and
   unloads, once it has been loaded --min-model-residency). One swap at a time, in a task of its own (a
   client leaving does not cut a load short). A model that fails to load answers 503 naming it and the
-  error to the requests queued for it; the next request for it tries again.
+  error to the requests queued for it; the next request for it tries again. The longest wait, as a formula
+  of the flags and the load time, is in ``server/swap_policy.py``; the clock and the engine's start and
+  stop (``_start_engine``, ``_stop_engine``) are the seams its virtual-clock test drives.
 """
 
 from __future__ import annotations
@@ -56,7 +58,7 @@ class ServedModel:
     waiting: deque[float] = field(default_factory=deque)  # arrival times of the requests queued for it
     loaded_at: float = field(default_factory=time.monotonic)  # when its engine became ready
     idle_since: float = field(default_factory=time.monotonic)  # when its last request let go of it
-    load_seconds: float = 0.0  # how long its last load took (its engine made to ready)
+    load_seconds: float = 0.0  # how long its last load took (its engine made to ready; logged)
     # (when, error) of its last failed load: the requests queued before then are answered the error
     load_failure: tuple[float, EngineUnavailableError] | None = None
 
@@ -102,6 +104,7 @@ class ModelRegistry:
         make_engine: Callable[[EngineArgs], AsyncLLMEngine] | None = None,
         strict_names: bool = False,
         swap_timing: SwapTiming | None = None,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         if not models:
             raise ValueError("no model to serve; name one (wde serve MODEL) or leave it out for the default")
@@ -118,6 +121,7 @@ class ModelRegistry:
         self.make_engine = make_engine
         self.strict_names = strict_names
         self.swap_timing = swap_timing or SwapTiming()
+        self.clock = clock  # monotonic seconds: the queue's arrival times, loads, residencies
         self._engine_hooks: list[EngineHook] = []
         self._swap_task: asyncio.Task[None] | None = None  # the one swap (unload, load) under way
         self._changed = asyncio.Event()  # set (and replaced) when a swap may have become due or done
@@ -216,19 +220,19 @@ class ModelRegistry:
         if not _usable(model):
             await self._wait_for_turn(model)
         model.num_in_use += 1
-        model.last_used = time.monotonic()
+        model.last_used = self.clock()
         try:
             yield model
         finally:
             model.num_in_use -= 1
             if model.num_in_use == 0:
-                model.idle_since = time.monotonic()
+                model.idle_since = self.clock()
                 self._notify()  # drained (after the grace): a queued model may load
 
     # ---- the queue --------------------------------------------------------------------------------------
     async def _wait_for_turn(self, model: ServedModel) -> None:
         """Queue for ``model`` until it is loaded and takes requests; start each swap that falls due."""
-        arrival = time.monotonic()
+        arrival = self.clock()
         model.waiting.append(arrival)
         try:
             while not _usable(model):
@@ -237,7 +241,7 @@ class ModelRegistry:
                     raise failure[1]
                 changed = self._changed
                 recheck_at = self._start_due_swap()
-                timeout = None if recheck_at is None else max(recheck_at - time.monotonic(), 0.0)
+                timeout = None if recheck_at is None else max(recheck_at - self.clock(), 0.0)
                 with contextlib.suppress(TimeoutError):  # the bounded wait or a residency ran out: look again
                     await asyncio.wait_for(changed.wait(), timeout)
         finally:
@@ -249,8 +253,10 @@ class ModelRegistry:
         """Start the swap ``plan_swap`` says is due (none while one is under way); else when to look again."""
         if self._swap_task is not None:
             return None
-        plan, recheck_at = plan_swap(self.models, self.max_loaded_models, self.swap_timing, time.monotonic())
+        plan, recheck_at = plan_swap(self.models, self.max_loaded_models, self.swap_timing, self.clock())
         if plan is not None:
+            if isinstance(plan.victim, ServedModel):
+                plan.victim.evicting = True  # from now on, not when the task first runs: its requests queue
             self._swap_task = asyncio.create_task(self._swap(plan), name="wde-model-swap")
         return recheck_at
 
@@ -267,7 +273,7 @@ class ModelRegistry:
             await self._load(model)
         except EngineUnavailableError as e:
             # the requests queued until now get the error (and leave the queue: no retry for them)
-            model.load_failure = (time.monotonic(), e)
+            model.load_failure = (self.clock(), e)
             model.waiting.clear()
         except Exception:
             logger.exception("swapping in %s failed", model.name)
@@ -282,9 +288,10 @@ class ModelRegistry:
         for model in self.models[: self.max_loaded_models]:
             if model.engine is None:
                 model.engine = self._new_engine(model)
+                model.num_loads += 1
         for model in self.loaded():
             model.loaded_engine.start()  # idempotent
-            model.loaded_at = time.monotonic()
+            model.loaded_at = model.idle_since = self.clock()
 
     def shutdown(self) -> None:
         """Drain and stop every loaded engine (blocking: call from a worker thread)."""
@@ -292,48 +299,71 @@ class ModelRegistry:
             model.loaded_engine.shutdown()
 
     async def _unload(self, victim: ServedModel, model: ServedModel, reason: str) -> None:
-        """Stop ``victim`` taking requests, let the ones it holds finish, and unload it."""
+        """Stop ``victim`` taking requests (``_start_due_swap`` set ``evicting``), let the ones it holds
+        finish, and unload it."""
         victim.evicting = True
         try:
+            start = self.clock()
+            num_in_flight = victim.num_in_use
             while victim.num_in_use > 0:
                 await self._changed.wait()
+            drained = self.clock()
+            engine, victim.engine = victim.engine, None
+            if engine is not None:
+                await self._stop_engine(engine)
             logger.info(
-                "unloading %s (%s) to load %s (--max-loaded-models %d; %d requests queued for it, %d for %s)",
+                "unloaded %s (%s) to load %s in %.2f s: its %d requests in flight finished in %.2f s "
+                "(--max-loaded-models %d; %d requests queued for %s, %d for %s)",
                 victim.name,
                 reason,
                 model.name,
+                self.clock() - start,
+                num_in_flight,
+                drained - start,
                 self.max_loaded_models,
                 len(model.waiting),
+                model.name,
                 len(victim.waiting),
                 victim.name,
             )
-            engine, victim.engine = victim.engine, None
-            if engine is not None:
-                await asyncio.to_thread(engine.shutdown)
         finally:
             victim.evicting = False
 
     async def _load(self, model: ServedModel) -> None:
-        start = time.monotonic()
-        engine = self._new_engine(model)
+        start = self.clock()
         logger.info("loading %s", model.name)
+        model.num_loads += 1
+        engine = await self._start_engine(model)
+        model.engine = engine
+        model.loaded_at = self.clock()
+        model.load_seconds = model.loaded_at - start
+        model.load_failure = None
+        logger.info(
+            "loaded %s in %.2f s (%d requests queued for it)",
+            model.name,
+            model.load_seconds,
+            len(model.waiting),
+        )
+
+    async def _start_engine(self, model: ServedModel) -> AsyncLLMEngine:
+        """A new engine for ``model``, started and ready (raises ``EngineUnavailableError``)."""
+        engine = self._new_engine(model)
         engine.start()
         try:
             await asyncio.to_thread(engine.wait_until_ready)
         except Exception as e:
             await asyncio.to_thread(engine.shutdown)
             raise EngineUnavailableError(f"model {model.name!r} failed to load: {e}") from e
-        model.engine = engine
-        model.loaded_at = time.monotonic()
-        model.load_seconds = model.loaded_at - start
-        model.load_failure = None
+        return engine
+
+    async def _stop_engine(self, engine: AsyncLLMEngine) -> None:
+        await asyncio.to_thread(engine.shutdown)
 
     def _new_engine(self, model: ServedModel) -> AsyncLLMEngine:
         if self.make_engine is not None:
             engine = self.make_engine(model.engine_args)
         else:  # the config read at start-up, not built again
             engine = AsyncLLMEngine(model.engine_args, engine_config=model.config)
-        model.num_loads += 1
         for hook in self._engine_hooks:
             hook(model, engine)
         return engine

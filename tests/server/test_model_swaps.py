@@ -1,7 +1,8 @@
 """--max-loaded-models swaps by queue (``server/swap_policy.py``): the loaded model serves its own requests
 first, the model with the oldest queued request loads when the loaded one drains or once that request has
 waited --max-swap-wait, a model that just loaded stays --min-model-residency, and mixed traffic of two
-models through one slot loads about once per queue drain, not once per request."""
+models through one slot loads about once per queue drain, not once per request (the bound on the wait, on a
+virtual clock: ``test_swap_bound.py``)."""
 
 from __future__ import annotations
 
@@ -47,7 +48,6 @@ class Model:
     num_in_use: int = 0
     last_used: float = 0.0
     loaded_at: float = 0.0
-    load_seconds: float = 0.0
     idle_since: float = 0.0
 
 
@@ -77,8 +77,19 @@ def test_a_drained_model_yields_at_once_and_a_fresh_one_serves_its_residency() -
     fresh = Model("a", is_loaded=True, num_in_use=1, loaded_at=20.0)
     aged = Model("b", waiting=deque([10.0]))  # waited through a's load: past the bounded wait already
     assert plan_swap([fresh, aged], 1, TIMING, now=20.5) == (None, 21.0)
-    slow = Model("a", is_loaded=True, num_in_use=1, loaded_at=20.0, load_seconds=4.0)
-    assert plan_swap([slow, aged], 1, TIMING, now=20.5) == (None, 24.0)  # serves as long as it loaded
+    # a slow load buys no longer residency: the residency, not the load time, is inside the bounded wait
+    assert plan_swap([fresh, aged], 1, TIMING, now=21.0)[0] is not None
+
+
+def test_a_model_that_just_loaded_is_held_by_the_requests_it_woke_first() -> None:
+    # a loaded at 20.0; its queued requests are woken but not yet holding it; b waited past everything
+    woken = Model("a", is_loaded=True, loaded_at=20.0, waiting=deque([11.0, 12.0]))
+    aged = Model("b", waiting=deque([10.0]))
+    assert plan_swap([woken, aged], 1, TIMING, now=30.0) == (None, None)  # their wake-up is the next change
+    woken.waiting.clear()
+    woken.num_in_use = 2
+    plan, _ = plan_swap([woken, aged], 1, TIMING, now=30.0)
+    assert plan is not None and plan.victim is woken
 
 
 def test_a_model_between_batches_is_not_drained_until_the_grace_passes() -> None:
