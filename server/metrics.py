@@ -1,6 +1,6 @@
 """``ServerMetrics``: Prometheus metrics in the app's own registry (two apps in one process never clash).
 
-HTTP metrics are observed by ``HttpMetricsMiddleware``; engine metrics carry a ``model`` label (the served
+HTTP metrics are observed by ``RequestPipeline``; engine metrics carry a ``model`` label (the served
 name) and arrive through each engine's stats listener (``ServerMetrics.listener(name)``, called on that
 engine's thread; prometheus-client is thread-safe); queue depth, in-flight counts, the result cache and the
 models' loads are read when scraped.
@@ -89,6 +89,12 @@ class ServerMetrics:
             buckets=STEP_BUCKETS,
             registry=registry,
         )
+        self.forward_cpu_seconds = Counter(
+            "wde_batch_inference_cpu_seconds",
+            "CPU time of the thread that ran the forward passes (torch's intra-op workers not included)",
+            ["model"],
+            registry=registry,
+        )
         # 4. requests inside the engine
         self.queue_seconds = Histogram(
             "wde_request_queue_duration_seconds",
@@ -107,7 +113,7 @@ class ServerMetrics:
         # 5. the result cache (--cache-size): read from the engines when scraped
         registry.register(ResultCacheCollector(models))
 
-    # ---- HttpMetricsMiddleware --------------------------------------------------------------------
+    # ---- RequestPipeline ------------------------------------------------------------------------
     def observe_http(self, model: str, route: str, method: str, status: str, seconds: float) -> None:
         """``model``: the served name the request reached, "" when it reached none (probes, refusals)."""
         self.http_requests.labels(model, route, method, status).inc()
@@ -131,6 +137,7 @@ class ModelStatsListener:
         self.batch_tokens = metrics.batch_tokens.labels(model)
         self.batch_sequences = metrics.batch_sequences.labels(model)
         self.forward_seconds = metrics.forward_seconds.labels(model)
+        self.forward_cpu_seconds = metrics.forward_cpu_seconds.labels(model)
         self.failed = metrics.failed.labels(model)
         self.queue_seconds = metrics.queue_seconds.labels(model)
         self.inference_seconds = metrics.inference_seconds.labels(model)
@@ -143,6 +150,7 @@ class ModelStatsListener:
             self.batch_tokens.observe(batch.num_tokens)
             self.batch_sequences.observe(batch.num_seqs)
             self.forward_seconds.observe(batch.execute_seconds)
+            self.forward_cpu_seconds.inc(batch.execute_cpu_seconds)
 
     def on_outputs(self, outputs: Sequence[RequestOutput]) -> None:
         for output in outputs:

@@ -36,6 +36,8 @@ class BatchResult:
     outputs: list[Any]  # one per request, in order; None for a request in ``errors``
     errors: dict[int, Exception] = field(default_factory=dict)  # row -> why that request failed (alone)
     execute_seconds: float = 0.0  # the forward pass alone, retries included (on the worker thread when async)
+    # the CPU time of the thread that ran it, over the same span (torch's intra-op workers not included)
+    execute_cpu_seconds: float = 0.0
 
 
 def _prepare(runner: ModelRunner, requests: list[Request]) -> Any:
@@ -48,17 +50,19 @@ def _prepare(runner: ModelRunner, requests: list[Request]) -> Any:
 
 def _run(runner: ModelRunner, requests: list[Request], batch: Any, clock: ForwardClock) -> BatchResult:
     """Run a built batch; when it fails, retry without the culprits so that only they fail."""
-    start = time.perf_counter()
+    start, cpu_start = time.perf_counter(), time.thread_time()
     error = batch if isinstance(batch, Exception) else None
     if error is None:
         try:
             with clock:
                 outputs = runner.execute_model(batch)
-            return BatchResult(requests, outputs, execute_seconds=time.perf_counter() - start)
+            seconds, cpu_seconds = time.perf_counter() - start, time.thread_time() - cpu_start
+            return BatchResult(requests, outputs, execute_seconds=seconds, execute_cpu_seconds=cpu_seconds)
         except Exception as e:  # one failing input must not fail its batch, nor take the engine down
             error = e
     outputs, errors = CulpritSearch(runner, clock).run(requests, error)
-    return BatchResult(requests, outputs, errors, execute_seconds=time.perf_counter() - start)
+    seconds, cpu_seconds = time.perf_counter() - start, time.thread_time() - cpu_start
+    return BatchResult(requests, outputs, errors, execute_seconds=seconds, execute_cpu_seconds=cpu_seconds)
 
 
 class Executor:

@@ -194,6 +194,7 @@ class LLMEngine:
                     len(result.requests),
                     sum(request.num_tokens for request in result.requests),
                     result.execute_seconds,
+                    result.execute_cpu_seconds,
                 )
                 for result in results
             ],

@@ -10,6 +10,7 @@ class BatchStats:
     num_seqs: int
     num_tokens: int
     execute_seconds: float
+    execute_cpu_seconds: float = 0.0  # the forward thread's CPU time (torch's intra-op workers not included)
 
 
 @dataclass
