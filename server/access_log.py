@@ -1,6 +1,6 @@
 """The access log: one line per HTTP request at INFO (``wde.access``) with method, path, status, duration,
 client, and the inputs and tokens the handler processed; 4xx lines at WARNING and 5xx at ERROR, with the
-error message the client got. ``HttpMetricsMiddleware`` (outermost) writes it, so every answer is logged,
+error message the client got. ``RequestPipeline`` (outermost) writes it, so every answer is logged,
 the middlewares' own 401 / 408 / 413 / 429 / 503 included; handlers report usage with ``record_usage``."""
 
 from __future__ import annotations

@@ -10,11 +10,13 @@ Adding a route group (the rerank routes ``/rerank``, ``/v1/rerank``, ``/v2/reran
   3. the module added to ``ROUTE_MODULES`` below.
 Handlers only raise; a new exception type gets its status in ``server/errors.py``'s ``ERROR_TABLE``
 (``/v1/*`` paths get OpenAI's error shape automatically). Auth, admission (429/503), the payload limit
-(413), metrics by route and the abort of a disconnected client's requests apply without any change.
+(413), metrics by route and the abort of a disconnected client's requests apply without any change
+(``server/middleware/request_pipeline.py``).
 """
 
 from __future__ import annotations
 
+import functools
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -27,14 +29,7 @@ import wde
 from server.app_state import AppState
 from server.batches.service import BatchService
 from server.errors import install_error_handlers
-from server.middleware.admission import AdmissionMiddleware
-from server.middleware.auth import ApiKeyMiddleware
-from server.middleware.draining import DrainingMiddleware
-from server.middleware.draining_cutoff import DrainingCutoffMiddleware
-from server.middleware.head_as_get import HeadAsGetMiddleware
-from server.middleware.http_metrics import HttpMetricsMiddleware
-from server.middleware.ignored_fields import IgnoredFieldsMiddleware
-from server.middleware.request_body import RequestBodyMiddleware
+from server.middleware.request_pipeline import RequestPipeline
 from server.model_registry import ModelRegistry
 from server.openapi import install_openapi
 from server.request_trace import record_call
@@ -134,25 +129,17 @@ def create_app(
         app.include_router(module.router)
     install_error_handlers(app, settings.retry_after_seconds)
     install_openapi(app, state)
-    # 3. middlewares: the last added is the outermost
-    app.add_middleware(IgnoredFieldsMiddleware, strict=settings.strict_request_fields)
-    app.add_middleware(HeadAsGetMiddleware)
-    app.add_middleware(AdmissionMiddleware, state=state)  # after the body is read: slow bodies hold no slot
-    app.add_middleware(
-        RequestBodyMiddleware,
-        payload_limit=settings.payload_limit,
-        body_read_timeout=settings.body_read_timeout,
-    )
-    app.add_middleware(DrainingMiddleware, state=state)
-    app.add_middleware(ApiKeyMiddleware, api_key=settings.api_key)
-    app.add_middleware(DrainingCutoffMiddleware, state=state)
-    if settings.cors_allow_origins:  # outside the key check: a browser's preflight carries no key
+    # 3. middlewares: the request pipeline (metrics, drain cutoff, key, draining, body, admission, HEAD,
+    #    ignored fields: one ASGI layer), with CORS inside its metrics and outside its key check (a
+    #    browser's preflight carries no key); the last added is the outermost
+    wrap_gate = None
+    if settings.cors_allow_origins:
         origins = settings.cors_allow_origins
-        app.add_middleware(CORSMiddleware, allow_origins=origins, allow_methods=["*"], allow_headers=["*"])
+        wrap_gate = functools.partial(
+            CORSMiddleware, allow_origins=origins, allow_methods=["*"], allow_headers=["*"]
+        )
     known_paths = {route.path for module in ROUTE_MODULES for route in module.router.routes}
-    app.add_middleware(
-        HttpMetricsMiddleware, metrics=state.metrics, known_paths=known_paths, access_log=settings.access_log
-    )
+    app.add_middleware(RequestPipeline, state=state, known_paths=known_paths, wrap_gate=wrap_gate)
     if tracing is not None:  # outermost: the request span covers every answer (imports OpenTelemetry)
         from server.middleware.tracing import TracingMiddleware
 

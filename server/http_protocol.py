@@ -6,7 +6,7 @@ Per connection: a timer runs from the connection's start (or the first byte of a
 headers are complete; if it fires, the client gets 408 and the connection is closed. The bytes of an
 unfinished header block are counted as they arrive and the complete block is measured, so a header block
 over --max-header-bytes gets 431 and is closed before it is buffered much further. The body is the
-application's to time (``RequestBodyMiddleware``).
+application's to time (``RequestPipeline``).
 
 A connection closed while its request is still arriving (431 mid-headers, 413 or 408 mid-body) lingers:
 half-closed and drained for a bounded time (``server/lingering_transport.py``), so that a client still

@@ -3,7 +3,7 @@ huggingface_hub's ``parameters``, langchain's ``options``, Infinity's ``modality
 under ``--strict-request-fields``.
 
 The request models (``server.protocol.RequestModel``) report the fields they do not know here; the
-``IgnoredFieldsMiddleware`` opens one ``IgnoredFields`` per HTTP request and lists what was ignored in the
+``RequestPipeline`` opens one ``IgnoredFields`` per HTTP request and lists what was ignored in the
 ``x-wde-ignored-fields`` response header.
 """
 

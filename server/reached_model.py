@@ -1,7 +1,7 @@
 """``ReachedModel``: which served model an HTTP request reached, for the HTTP metrics' ``model`` label
 (not ``server.protocol.RequestModel``, the base of request bodies).
 
-``HttpMetricsMiddleware`` puts a ``ReachedModel`` in a context variable for each request, and
+``RequestPipeline`` puts a ``ReachedModel`` in a context variable for each request, and
 ``ModelRegistry.use`` names the model in it. A task the request starts copies the context and so holds the
 same object: the name reaches the middleware whichever task resolved the model.
 """

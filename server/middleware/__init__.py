@@ -1,7 +1,5 @@
-"""Pure ASGI middlewares, outermost first: HttpMetricsMiddleware (every answer counted and logged),
-CORSMiddleware (with --cors-allow-origins), DrainingCutoffMiddleware (503 for requests cut off by
---graceful-timeout), ApiKeyMiddleware (401), DrainingMiddleware (503 while draining), RequestBodyMiddleware
-(413 over --payload-limit, 408 over --body-read-timeout; cancels the handler when the client disconnects),
-AdmissionMiddleware (429 over --max-concurrent-requests), HeadAsGetMiddleware (HEAD on GET routes).
+"""The app's middlewares: ``RequestPipeline`` (``request_pipeline.py``: metrics and the access log, the drain
+cutoff, the API key, draining, the request body's limits and the client's disconnect, admission, HEAD on GET
+routes, ignored request fields; one pure-ASGI layer) and, with tracing on, ``TracingMiddleware`` outside it.
 Pure ASGI rather than ``BaseHTTPMiddleware`` so cancellation reaches the handler and bodies are not copied
 twice."""

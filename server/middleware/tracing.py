@@ -16,7 +16,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from server.request_trace import CURRENT_TRACE, RequestTrace, add_child_spans
 from server.tracing import Tracing
 
-CLIENT_CLOSED = 499  # no answer was sent (the client went away), as HttpMetricsMiddleware counts it
+CLIENT_CLOSED = 499  # no answer was sent (the client went away), as RequestPipeline counts it
 # Probes and scrapes, every few seconds from every supervisor: not traced (their counts are in /metrics)
 UNTRACED_PATHS = frozenset({"/health", "/metrics"})
 
