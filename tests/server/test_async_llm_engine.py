@@ -109,6 +109,55 @@ async def test_cancelled_call_aborts_its_queued_requests(engine: AsyncLLMEngine,
     assert fake.num_steps == 1 and fake.queued == {}
 
 
+async def test_calls_of_one_loop_iteration_reach_the_engine_thread_together(
+    engine: AsyncLLMEngine, fake: FakeEngine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """One hop per event loop iteration each way: the calls made in it are one command for the engine
+    thread, and the calls one step finishes are answered with one wake-up of the loop."""
+    thread = engine._thread
+    batches: list[int] = []
+    add_many = thread.add_many
+    monkeypatch.setattr(thread, "add_many", lambda calls: (batches.append(len(calls)), add_many(calls)))
+    loop = asyncio.get_running_loop()
+    wakeups: list[int] = []
+    call_soon_threadsafe = loop.call_soon_threadsafe
+
+    def counted(callback, *args):
+        if args and isinstance(args[0], list):  # a step's answers: [(future, outputs), ...]
+            wakeups.append(len(args[0]))
+        return call_soon_threadsafe(callback, *args)
+
+    monkeypatch.setattr(loop, "call_soon_threadsafe", counted)
+    fake.gate.clear()
+    tasks = [asyncio.create_task(engine.encode(["x" * n])) for n in range(1, 6)]
+    await wait_for(fake.stepping.is_set, TIMEOUT, "the first step")
+    fake.gate.set()
+    answers = await asyncio.gather(*tasks)
+    assert [outputs[0].embedding[0] for outputs in answers] == [1, 2, 3, 4, 5]
+    assert batches == [5] and fake.num_steps == 1
+    assert wakeups == [5]
+
+
+async def test_a_call_taken_back_before_its_hop_never_reaches_the_engine(
+    engine: AsyncLLMEngine, fake: FakeEngine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from wde.entrypoints.engine_thread import Call
+
+    batches: list[int] = []
+    add_many = engine._thread.add_many
+    monkeypatch.setattr(
+        engine._thread, "add_many", lambda calls: (batches.append(len(calls)), add_many(calls))
+    )
+    loop = asyncio.get_running_loop()
+    kept, dropped = (Call([f"{name}-0"], ["a"], None, loop, loop.create_future()) for name in ("k", "d"))
+    engine._add_soon(loop, kept)
+    engine._add_soon(loop, dropped)
+    assert engine._unqueue(loop, dropped) and not engine._unqueue(loop, dropped)
+    outputs = await asyncio.wait_for(kept.future, TIMEOUT)
+    assert batches == [1] and outputs[0].request_id == "k-0" and not dropped.future.done()
+    assert not engine._unqueue(loop, kept)  # handed over: a cancel aborts it in the engine instead
+
+
 async def test_shutdown_finishes_accepted_work_then_refuses(engine: AsyncLLMEngine, fake: FakeEngine) -> None:
     fake.gate.clear()
     in_flight = asyncio.create_task(engine.encode(["a", "b"]))

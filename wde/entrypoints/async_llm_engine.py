@@ -77,6 +77,9 @@ class AsyncLLMEngine:
         self.result_reuse: ResultReuse | None = None
         self.calibration = Calibration.from_file(engine_args.calibration_file)  # int8 / uint8 output ranges
         self._chunker_instance: Chunker | None = None
+        # calls made during the current event loop iteration, handed to the engine thread together at its
+        # end (``_flush_calls``): one hop per iteration, not per call (touched on their event loop only)
+        self._calls_to_add: dict[asyncio.AbstractEventLoop, list[Call]] = {}
 
     # ---- life cycle ---------------------------------------------------------------------------------
     def start(self) -> None:
@@ -292,13 +295,45 @@ class AsyncLLMEngine:
         call_id = next(self._call_counter)
         request_ids = [f"{call_id}-{index}" for index in range(len(prompts))]
         call = Call(request_ids, prompts, params, loop, loop.create_future())
-        self._thread.add(call)
+        self._add_soon(loop, call)
         try:
             outputs = await call.future
         except BaseException as e:
-            if isinstance(e, asyncio.CancelledError):
+            if isinstance(e, asyncio.CancelledError) and not self._unqueue(loop, call):
                 self._thread.abort(request_ids)
             raise
         if self._call_observer is not None:
             self._call_observer(CallRecord(outputs, time.monotonic()))
         return outputs
+
+    def _add_soon(self, loop: asyncio.AbstractEventLoop, call: Call) -> None:
+        """Queue ``call`` for the engine at the end of this loop iteration, with the other calls made in it.
+        An engine that takes no work raises here, at once, as ``EngineThread.add`` would."""
+        reason = self._thread.unavailable_reason()
+        if reason:
+            self._thread.add(call)  # raises the state's error (dead, loading, draining)
+            return
+        calls = self._calls_to_add.get(loop)
+        if calls is None:
+            self._calls_to_add[loop] = calls = []
+            loop.call_soon(self._flush_calls, loop)
+        calls.append(call)
+
+    def _flush_calls(self, loop: asyncio.AbstractEventLoop) -> None:
+        calls = self._calls_to_add.pop(loop, [])
+        if not calls:
+            return
+        try:
+            self._thread.add_many(calls)
+        except EngineUnavailableError as error:  # the engine stopped taking work within this iteration
+            for call in calls:
+                if not call.future.done():
+                    call.future.set_exception(error)
+
+    def _unqueue(self, loop: asyncio.AbstractEventLoop, call: Call) -> bool:
+        """Take a cancelled ``call`` back before its flush (True); False once the engine has it."""
+        calls = self._calls_to_add.get(loop)
+        if calls is None or call not in calls:
+            return False
+        calls.remove(call)
+        return True

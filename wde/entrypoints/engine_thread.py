@@ -4,6 +4,10 @@ The engine is built on this thread and touched by nothing else. Other threads ta
 ``send()``: commands go into a thread-safe queue, which the thread blocks on whenever it has nothing to
 run (signal, don't poll). Each submitted call is answered once, when its last request finishes, by
 resolving the call's asyncio future on the caller's event loop (``loop.call_soon_threadsafe``).
+
+Hops between threads are per batch, not per request: ``add_many`` queues the calls an event loop gathered
+in one iteration as one command (one wake-up of this thread), and the calls a step finishes are answered
+with one ``call_soon_threadsafe`` per event loop (one wake-up of that loop).
 """
 
 from __future__ import annotations
@@ -114,6 +118,23 @@ def _set_result(future: asyncio.Future[Any], result: Any) -> None:
         future.set_result(result)
 
 
+def _set_results(answers: list[tuple[asyncio.Future[Any], Any]]) -> None:
+    for future, result in answers:
+        _set_result(future, result)
+
+
+def resolve_calls(calls: Sequence[Call]) -> None:
+    """Answer finished calls: one ``call_soon_threadsafe`` per event loop (each wakes its loop once)."""
+    by_loop: dict[asyncio.AbstractEventLoop, list[tuple[asyncio.Future[Any], Any]]] = {}
+    for call in calls:
+        by_loop.setdefault(call.loop, []).append((call.future, call.outputs))
+    for loop, answers in by_loop.items():
+        try:
+            loop.call_soon_threadsafe(_set_results, answers)
+        except RuntimeError:  # the callers' event loop is closed: nobody is waiting any more
+            logger.debug("dropped the answers to %d calls whose event loop is closed", len(answers))
+
+
 def _set_exception(future: asyncio.Future[Any], error: BaseException) -> None:
     if not future.done():
         future.set_exception(error)
@@ -121,7 +142,7 @@ def _set_exception(future: asyncio.Future[Any], error: BaseException) -> None:
 
 @dataclass(frozen=True)
 class AddCommand:
-    call: Call
+    calls: Sequence[Call]  # submitted together (one event loop iteration's), applied in order
 
 
 @dataclass(frozen=True)
@@ -174,12 +195,16 @@ class EngineThread:
         return self._dead.wait(timeout)
 
     def add(self, call: Call) -> None:
+        self.add_many([call])
+
+    def add_many(self, calls: Sequence[Call]) -> None:
+        """Queue ``calls`` as one command: the engine thread wakes once for all of them."""
         with self._lock:
             if self.state == EngineState.FAILED:
                 raise EngineDeadError(self.unavailable_reason())
             if self.state != EngineState.READY:
                 raise EngineUnavailableError(self.unavailable_reason())
-            self._commands.put(AddCommand(call))
+            self._commands.put(AddCommand(calls))
 
     def unavailable_reason(self) -> str:
         """Why no work is taken now (for 503 answers); the empty string when ready."""
@@ -289,20 +314,23 @@ class EngineThread:
         if isinstance(command, AbortCommand):
             self._abort(engine, command.request_ids)
             return False
-        call = command.call
+        for call in command.calls:
+            self._add_call(engine, call)
+        return False
+
+    def _add_call(self, engine: LLMEngine, call: Call) -> None:
         if not call.request_ids:
             call.resolve()
-            return False
+            return
         # only a lowered priority is passed on: stand-in engines in tests take the three-argument form
         priority = {"priority": call.priority} if call.priority != PRIORITY_INTERACTIVE else {}
         try:
             engine.add_requests(call.request_ids, call.prompts, call.params, **priority)
         except Exception as e:  # validation: the call fails alone, the queue is untouched
             call.fail(e)
-            return False
+            return
         for index, request_id in enumerate(call.request_ids):
             self._pending[request_id] = (call, index)
-        return False
 
     def _abort(self, engine: LLMEngine, request_ids: list[str]) -> None:
         num_aborted = 0
@@ -314,6 +342,7 @@ class EngineThread:
                 _safely(listener.on_aborted, num_aborted)
 
     def _deliver(self, outputs: list[RequestOutput]) -> None:
+        finished: list[Call] = []
         for output in outputs:
             entry = self._pending.pop(output.request_id, None)
             if entry is None:
@@ -322,7 +351,9 @@ class EngineThread:
             call.outputs[index] = output
             call.num_remaining -= 1
             if call.num_remaining == 0:
-                call.resolve()
+                finished.append(call)
+        if finished:
+            resolve_calls(finished)
 
     def _notify(self, stats: StepStats | None, outputs: list[RequestOutput]) -> None:
         for listener in self.listeners:
@@ -341,7 +372,8 @@ class EngineThread:
         self._pending.clear()
         for command in self._take_commands(block=False):
             if isinstance(command, AddCommand):
-                command.call.fail(dead)
+                for call in command.calls:
+                    call.fail(dead)
         self._dead.set()
 
 
