@@ -8,6 +8,7 @@ from fastapi import APIRouter, Request
 
 from server.access_log import record_usage
 from server.app_state import get_state
+from server.json_body_route import JsonBodyRoute
 from server.model_registry import EMBED
 from server.protocol import EmbedRequest
 from server.responses import ORJSONResponse
@@ -15,7 +16,7 @@ from server.routes import held_engine
 from wde.inputs import PoolingParams
 from wde.outputs import EmbeddingOutput
 
-router = APIRouter(tags=["TEI"])
+router = APIRouter(tags=["TEI"], route_class=JsonBodyRoute)
 
 
 @router.post("/embed", response_model=list[list[float]], response_class=ORJSONResponse)

@@ -8,11 +8,12 @@ from fastapi import APIRouter, Request, Response
 
 from server.app_state import get_state
 from server.infinity_protocol import InfinityModelList, UnversionedEmbeddingRequest
+from server.json_body_route import JsonBodyRoute
 from server.protocol import EmbeddingResponse
 from server.responses import ORJSONResponse
 from server.routes import openai
 
-router = APIRouter(tags=["OpenAI", "Infinity"])
+router = APIRouter(tags=["OpenAI", "Infinity"], route_class=JsonBodyRoute)
 
 # Infinity's capability names by our task.
 CAPABILITIES = {"embed": ["embed"], "score": ["rerank", "classify"]}

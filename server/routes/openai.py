@@ -10,6 +10,7 @@ from fastapi import APIRouter, Request, Response
 
 from server.access_log import record_usage
 from server.app_state import get_state
+from server.json_body_route import JsonBodyRoute
 from server.model_registry import EMBED
 from server.protocol import EmbeddingRequest, EmbeddingResponse, ModelList
 from server.responses import ORJSONResponse, dumps, streamed_json_array
@@ -17,7 +18,7 @@ from server.routes import held_engine
 from wde.inputs import PoolingParams
 from wde.outputs import CombinedEmbeddingOutput, EmbeddingOutput, MultiVectorOutput, SparseEmbeddingOutput
 
-router = APIRouter(prefix="/v1", tags=["OpenAI"])
+router = APIRouter(prefix="/v1", tags=["OpenAI"], route_class=JsonBodyRoute)
 
 
 @router.post("/embeddings", response_model=EmbeddingResponse, response_class=ORJSONResponse)
