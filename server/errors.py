@@ -123,7 +123,8 @@ TEI_ERROR_TABLE: dict[type[Exception], ErrorKind] = {
 }
 # TEI's door, its batch routes: an empty list of inputs (elsewhere: 422 naming the field, as other bad input).
 EMPTY_INPUTS = ErrorKind(400, "Empty", "invalid_request_error", "empty_inputs")
-_INPUT_LISTS = frozenset({"inputs", "texts", "inputs.sentences"})
+# (also the fields of the other bodies TEI's routes take: Cohere's on /rerank, OpenAI's on POST /)
+_INPUT_LISTS = frozenset({"inputs", "texts", "inputs.sentences", "documents", "input"})
 
 # Fields the engine names at the start of its error messages ("inputs[3]: ...", "dimensions (999) ...").
 _ENGINE_FIELD = re.compile(r"^(inputs|dimensions|prompt_name|truncate|normalize)\b")
@@ -160,8 +161,8 @@ def error_kind(error: BaseException, path: str) -> ErrorKind:
 
 
 def _is_empty_inputs(error: BaseException) -> bool:
-    """The request's list of inputs (``inputs``, ``texts``, ``inputs.sentences``) is empty, and nothing else
-    is wrong."""
+    """The request's list of inputs (``inputs``, ``texts``, ``inputs.sentences``, ...) is empty, and nothing
+    else is wrong."""
     if not isinstance(error, RequestValidationError) or not error.errors():
         return False
     return all(

@@ -114,23 +114,28 @@ async def test_same_refusal_answers_each_doors_status(async_engine: AsyncLLMEngi
 
 @pytest.mark.anyio
 async def test_empty_inputs_answer_tei_400_empty(async_engine: AsyncLLMEngine) -> None:
-    embed, similarity, rerank, openai, tokenize = await _post_all(
+    embed, similarity, rerank, cohere_body, root, openai, cohere, tokenize = await _post_all(
         async_engine,
         [
             ("/embed", {"inputs": []}),
             ("/similarity", {"inputs": {"source_sentence": "a", "sentences": []}}),
             ("/rerank", {"query": "q", "texts": []}),
+            ("/rerank", {"query": "q", "documents": []}),  # TEI's path: TEI's status, whichever body
+            ("/", {"input": []}),  # POST / with the /v1/embeddings body
             ("/v1/embeddings", {"input": []}),
+            ("/v1/rerank", {"query": "q", "documents": []}),
             ("/tokenize", {"inputs": []}),
         ],
     )
-    for response, field in ((embed, "inputs"), (similarity, "inputs.sentences"), (rerank, "texts")):
+    tei = ((embed, "inputs"), (similarity, "inputs.sentences"), (rerank, "texts"), (cohere_body, "documents"))
+    for response, field in (*tei, (root, "input")):
         assert response.status_code == 400, response.text
         assert response.json() == {
             "error": f"{field} cannot be empty; pass at least one input",
             "error_type": "Empty",
         }
     assert openai.status_code == 422 and openai.json()["error"]["param"] == "input"
+    assert cohere.status_code == 422 and cohere.json()["error"]["param"] == "documents"
     assert tokenize.status_code == 422 and tokenize.json()["error_type"] == "Validation"
 
 
