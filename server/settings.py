@@ -94,7 +94,8 @@ class ServerSettings:
     min_model_residency: float = flag(
         1.0,
         help="seconds a model that just loaded serves its requests before a queued model can make it yield "
-        "(at most --max-swap-wait; the longest wait: server/swap_policy.py)",
+        "(as long as its load took if longer, at most --max-swap-wait; the longest wait: "
+        "server/swap_policy.py)",
     )
     otel: bool | None = flag(
         None,

@@ -8,25 +8,29 @@ Swaps go by queue, so that mixed traffic does not unload a model for every reque
    it for ``drain_grace``: a batch answers its requests together, and their clients' next requests take a
    moment to come back; the least recently used drained model is unloaded), or for its oldest request to
    have waited ``max_wait`` (``--max-swap-wait``). Then the least recently used loaded model stops taking
-   requests (new ones queue), finishes the ones it holds and unloads, unless it loaded less than
-   ``min_residency`` (``--min-model-residency``, at most ``max_wait``) ago: a model that just loaded
-   serves the requests that waited for it first, so that those which aged during its load do not evict it
-   at once (ping-pong). A model whose queued requests were just woken by its load is never chosen before
-   they hold it: every load serves at least the requests queued for it.
+   requests (new ones queue), finishes the ones it holds and unloads, unless it loaded less than its
+   residency ago: as long as its load took, at least ``min_residency`` (``--min-model-residency``) and at
+   most ``max_wait``. A model that just loaded serves the requests that waited for it first, so that those
+   which aged during its load do not evict it at once (ping-pong), and loading takes at most about half
+   of the time under mixed traffic while loads are shorter than the bounded wait. A model whose queued
+   requests were just woken by its load is never chosen before they hold it: every load serves at least
+   the requests queued for it.
 
-The bound. With ``W`` = ``max_wait``, ``R`` = ``min_residency``, ``L`` = a model's load time, ``U`` = an
-unload (its engine thread stopped), ``D`` = the longest request in flight on the model that yields (it is
-finished, never cut), and two models through one slot, a request for the unloaded model waits at most
+The bound. With ``W`` = ``max_wait``, ``R`` = ``min_residency`` (<= ``W``), ``L`` = a model's load time,
+``U`` = an unload (its engine thread stopped), ``D`` = the longest request in flight on the model that
+yields (it is finished, never cut), and two models through one slot, a request for the unloaded model
+waits at most
 
-    max(W, S + R) + D + U + L_own,  where S <= D + U + L_other
+    max(W, S + min(max(R, L_other), W)) + D + U + L_own,  where S <= D + U + L_other
 
 is what is left of a swap under way when the request arrives (0 when none is; a load is not cut short).
 Arriving with no swap under way, the wait is at most ``W + D + U + L_own``: the bounded wait plus one load
-(the residency runs inside ``W``, since ``R <= W`` and the loaded model loaded before the request came).
-Arriving during the other model's swap, the residency it then serves is counted from the end of its load,
-so the wait is at most ``W + D + U + L_own`` again when ``D + U + L_other + R <= W``, and otherwise the
-other model's load plus its residency come first. With more models, each model whose oldest queued request
-is older than this one's loads first and adds at most ``R + D + U + L`` of its own.
+(the other model's residency runs inside ``W``: it is at most ``W`` and began before the request came).
+Arriving during the other model's swap, that model's residency is counted from the end of its load, so
+the wait is at most ``W + D + U + L_own`` again when the swap and the residency fit in ``W``
+(``D + U + L_other + max(R, L_other) <= W``), and otherwise is at most ``S + W + D + U + L_own``. With
+more models, each model whose oldest queued request is older than this one's loads first and adds at most
+its own ``L + W + D + U``.
 ``tests/server/test_swap_bound.py`` checks the formula on worst-case arrivals with a virtual clock.
 """
 
@@ -48,6 +52,7 @@ class Swappable(Protocol):
     num_in_use: int
     last_used: float
     loaded_at: float
+    load_seconds: float  # how long its last load took
     idle_since: float  # when its last request in use let go of it
 
     @property
@@ -64,13 +69,17 @@ class SwapTiming:
     def of(cls, settings: ServerSettings) -> SwapTiming:
         return cls(settings.max_swap_wait, settings.min_model_residency)
 
+    def residency(self, load_seconds: float) -> float:
+        """Seconds a model that loaded in ``load_seconds`` serves before a queued model can make it yield."""
+        return min(max(self.min_residency, load_seconds), self.max_wait)
+
     def max_wait_bound(
         self, load_seconds: float, other_load_seconds: float, drain_seconds: float, unload_seconds: float
     ) -> float:
         """The longest a request for an unloaded model waits (two models, one slot: see the module)."""
         swap_under_way = drain_seconds + unload_seconds + other_load_seconds
         return (
-            max(self.max_wait, swap_under_way + self.min_residency)
+            max(self.max_wait, swap_under_way + self.residency(other_load_seconds))
             + drain_seconds
             + unload_seconds
             + load_seconds
@@ -110,7 +119,10 @@ def plan_swap(
         return None, None
     forced_at = model.waiting[0] + timing.max_wait
     due, victim = min(
-        ((max(forced_at, other.loaded_at + timing.min_residency), other) for other in yieldable),
+        (
+            (max(forced_at, other.loaded_at + timing.residency(other.load_seconds)), other)
+            for other in yieldable
+        ),
         key=lambda item: (item[0], item[1].last_used),
     )
     if now >= due:

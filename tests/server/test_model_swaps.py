@@ -48,6 +48,7 @@ class Model:
     num_in_use: int = 0
     last_used: float = 0.0
     loaded_at: float = 0.0
+    load_seconds: float = 0.0
     idle_since: float = 0.0
 
 
@@ -77,8 +78,10 @@ def test_a_drained_model_yields_at_once_and_a_fresh_one_serves_its_residency() -
     fresh = Model("a", is_loaded=True, num_in_use=1, loaded_at=20.0)
     aged = Model("b", waiting=deque([10.0]))  # waited through a's load: past the bounded wait already
     assert plan_swap([fresh, aged], 1, TIMING, now=20.5) == (None, 21.0)
-    # a slow load buys no longer residency: the residency, not the load time, is inside the bounded wait
-    assert plan_swap([fresh, aged], 1, TIMING, now=21.0)[0] is not None
+    slow = Model("a", is_loaded=True, num_in_use=1, loaded_at=20.0, load_seconds=1.5)
+    assert plan_swap([slow, aged], 1, TIMING, now=20.5) == (None, 21.5)  # serves as long as it loaded
+    slower = Model("a", is_loaded=True, num_in_use=1, loaded_at=20.0, load_seconds=4.0)
+    assert plan_swap([slower, aged], 1, TIMING, now=20.5) == (None, 22.0)  # but no longer than max_wait
 
 
 def test_a_model_that_just_loaded_is_held_by_the_requests_it_woke_first() -> None:
