@@ -94,7 +94,7 @@ def test_switched_off_by_the_environment(monkeypatch: pytest.MonkeyPatch) -> Non
 
 def test_a_cpu_without_avx2_is_named(fresh_choice: None, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv(varlen_kernel.ISA_ENV, raising=False)
-    monkeypatch.setattr(varlen_kernel, "_cpu_flags", lambda: {"sse4_2", "avx"})
+    monkeypatch.setattr(varlen_kernel, "cpu_flags", lambda: frozenset({"sse4_2", "avx"}))
     _, skipped = select_attention_backend("auto", CpuPlatform(), torch.float32, [PLAIN])
     assert skipped["varlen_cpu"] == "this CPU has neither AVX-512F nor AVX2 + FMA"
 

@@ -9,11 +9,15 @@ answer itself.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 
 from torch import nn
 
+from wde.layers.quantization.int8_gemm import chosen_gemm
 from wde.layers.quantization.int8_linear import Int8Linear
+
+logger = logging.getLogger(__name__)
 
 
 def block_linears(model: nn.Module) -> list[tuple[nn.Module, str, nn.Linear]]:
@@ -30,8 +34,10 @@ def block_linears(model: nn.Module) -> list[tuple[nn.Module, str, nn.Linear]]:
 def quantize_int8(model: nn.Module) -> int:
     """Swap the block linears for ``Int8Linear`` in place; returns how many were swapped."""
     linears = block_linears(model)
+    gemm = chosen_gemm()
+    logger.info("int8 GEMM %s: %s", gemm.name, gemm.why)
     for parent, name, linear in linears:
-        setattr(parent, name, Int8Linear.from_linear(linear))
+        setattr(parent, name, Int8Linear.from_linear(linear, gemm))
     return len(linears)
 
 

@@ -20,6 +20,8 @@ from pathlib import Path
 
 import torch
 
+from wde.platforms.cpu_flags import cpu_flags
+
 logger = logging.getLogger(__name__)
 
 ISA_ENV = "WDE_VARLEN_ISA"  # avx512 | avx2: force one kernel (e.g. the AVX2 one on an AVX-512 machine)
@@ -52,21 +54,10 @@ VARIANTS: dict[str, KernelVariant] = {  # the CPU's best first
 }
 
 
-def _cpu_flags() -> set[str]:
-    try:
-        text = Path("/proc/cpuinfo").read_text()
-    except OSError:
-        return set()
-    for line in text.splitlines():
-        if line.startswith("flags"):
-            return set(line.split(":", 1)[1].split())
-    return set()
-
-
 def _cpu_runs(variant: KernelVariant) -> bool:
     """torch's own dispatch level agrees, and the CPU lists the flags (a hypervisor may hide some)."""
     level = torch.backends.cpu.get_cpu_capability()
-    return level in variant.torch_levels and set(variant.cpu_flags) <= _cpu_flags()
+    return level in variant.torch_levels and set(variant.cpu_flags) <= cpu_flags()
 
 
 @functools.cache
