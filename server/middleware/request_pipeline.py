@@ -190,15 +190,15 @@ class RequestPipeline:
         if self.api_key is not None and path not in PUBLIC_PATHS:
             scheme, _, token = authorization.partition(" ")
             if not (scheme.lower() == "bearer" and hmac.compare_digest(token.strip().encode(), self.api_key)):
-                error = UnauthorizedError(
+                unauthorized = UnauthorizedError(
                     "missing or wrong API key; send the header 'Authorization: Bearer <key>'"
                 )
-                await error_response(error, path)(scope, receive, exchange.app_downstream)
+                await error_response(unauthorized, path)(scope, receive, exchange.app_downstream)
                 return
         if self.state.draining and path not in EXEMPT_PATHS:
-            error = ServerDrainingError("the server is shutting down; retry on another replica")
+            draining = ServerDrainingError("the server is shutting down; retry on another replica")
             retry_after = self.settings.retry_after_seconds
-            await error_response(error, path, retry_after)(scope, receive, exchange.app_downstream)
+            await error_response(draining, path, retry_after)(scope, receive, exchange.app_downstream)
             return
         # the declared size: refuse before reading anything; then the actual size, in time
         if content_length > self.payload_limit:
