@@ -17,9 +17,8 @@ from enum import Enum
 OPENAI_SHAPED_PATHS = frozenset({"/score", "/classify", "/pooling", "/embeddings", "/models"})
 # TEI's OpenAI route: its errors carry TEI's OpenAICompatErrorResponse fields (message, code, error_type) too.
 TEI_OPENAI_PATHS = frozenset({"/v1/embeddings", "/embeddings"})
-# TEI's routes that run the model: an empty list of inputs is 400 ``Empty`` ("Batch is empty" in TEI's
-# documents after v1.7.1), a model that serves another task or output kind 424; /tokenize and /decode
-# document 422 only.
+# TEI's routes that run the model, where a model that serves another task or output kind answers 424
+# (/openapi.json documents it there; /tokenize and /decode serve every model).
 TEI_MODEL_PATHS = frozenset(
     {"/embed", "/embed_all", "/embed_sparse", "/predict", "/rerank", "/similarity", "/", "/invocations"}
 )

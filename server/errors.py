@@ -24,7 +24,7 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from starlette.exceptions import HTTPException
 
-from server.doors import TEI_MODEL_PATHS, TEI_OPENAI_PATHS, Door, door_of
+from server.doors import TEI_OPENAI_PATHS, Door, door_of
 from server.responses import ORJSONResponse
 from wde.engine.errors import InputTooLongError, RequestFailedError
 from wde.entrypoints.async_llm_engine import TaskNotSupportedError
@@ -121,10 +121,11 @@ TEI_ERROR_TABLE: dict[type[Exception], ErrorKind] = {
     InputTooLongError: ErrorKind(413, "Validation", "invalid_request_error", "context_length_exceeded"),
     TaskNotSupportedError: ErrorKind(424, "Backend", "invalid_request_error", "unsupported_task"),
 }
-# TEI's door, its batch routes: an empty list of inputs (elsewhere: 422 naming the field, as other bad input).
+# TEI's door: an empty list of inputs ("Batch is empty" in TEI's documents after v1.7.1; elsewhere: 422
+# naming the field, as other bad input).
 EMPTY_INPUTS = ErrorKind(400, "Empty", "invalid_request_error", "empty_inputs")
 # (also the fields of the other bodies TEI's routes take: Cohere's on /rerank, OpenAI's on POST /)
-_INPUT_LISTS = frozenset({"inputs", "texts", "inputs.sentences", "documents", "input"})
+_INPUT_LISTS = frozenset({"inputs", "texts", "inputs.sentences", "ids", "documents", "input"})
 
 # Fields the engine names at the start of its error messages ("inputs[3]: ...", "dimensions (999) ...").
 _ENGINE_FIELD = re.compile(r"^(inputs|dimensions|prompt_name|truncate|normalize)\b")
@@ -150,7 +151,7 @@ def error_kind(error: BaseException, path: str) -> ErrorKind:
         openai_type = "invalid_request_error" if error.status_code < 500 else "server_error"
         return ErrorKind(error.status_code, tei_type, openai_type)
     tei = door_of(path) is Door.TEI
-    if tei and path in TEI_MODEL_PATHS and _is_empty_inputs(error):
+    if tei and _is_empty_inputs(error):
         return EMPTY_INPUTS
     tables = (TEI_ERROR_TABLE, ERROR_TABLE) if tei else (ERROR_TABLE,)
     for cls in type(error).__mro__:

@@ -41,14 +41,10 @@ POST_ERRORS = {
 }
 TEI_POST_ERRORS = {
     **POST_ERRORS,
-    400: "the body is not UTF-8",
+    400: "the body is not UTF-8, or the list of inputs is empty",
     413: "the body or the number of inputs is over the limit, or an input is too long with truncation off",
 }
-TEI_MODEL_POST_ERRORS = {  # TEI's routes that run the model
-    **TEI_POST_ERRORS,
-    400: "the body is not UTF-8, or the list of inputs is empty",
-    424: "the model serves another task or output kind",
-}
+TEI_MODEL_POST_ERRORS = {**TEI_POST_ERRORS, 424: "the model serves another task or output kind"}
 GET_ERRORS = {503: "the model is loading or the server is shutting down"}
 TASK_PATHS = {  # routes that only a model of the other task can serve
     "embed": {"/predict", "/classify", "/v1/classify"},

@@ -54,11 +54,14 @@ def test_error_kind_by_door(error: Exception, tei: tuple[int, str], openai: tupl
     assert (openai_kind.status, openai_kind.openai_code) == openai
 
 
-def test_empty_inputs_are_400_on_tei_batch_routes_only() -> None:
+def test_empty_inputs_are_400_on_tei_routes_only() -> None:
     empty = RequestValidationError([{"type": "too_short", "loc": ("body", "texts"), "msg": "", "input": []}])
     assert error_kind(empty, "/rerank").status == 400 and error_kind(empty, "/rerank").tei_type == "Empty"
     assert error_kind(empty, "/v1/rerank").status == 422  # OpenAI's door: a validation error
-    assert error_kind(empty, "/tokenize").status == 422  # TEI documents 422 only on /tokenize
+    not_empty = RequestValidationError(
+        [{"type": "too_short", "loc": ("body", "query"), "msg": "", "input": []}]
+    )
+    assert error_kind(not_empty, "/rerank").status == 422  # not the list of inputs
     also_bad = RequestValidationError(
         [*empty.errors(), {"type": "bool_type", "loc": ("body", "truncate"), "msg": "", "input": 3}]
     )
@@ -114,7 +117,7 @@ async def test_same_refusal_answers_each_doors_status(async_engine: AsyncLLMEngi
 
 @pytest.mark.anyio
 async def test_empty_inputs_answer_tei_400_empty(async_engine: AsyncLLMEngine) -> None:
-    embed, similarity, rerank, cohere_body, root, openai, cohere, tokenize = await _post_all(
+    embed, similarity, rerank, cohere_body, root, tokenize, decode, openai, cohere = await _post_all(
         async_engine,
         [
             ("/embed", {"inputs": []}),
@@ -122,13 +125,14 @@ async def test_empty_inputs_answer_tei_400_empty(async_engine: AsyncLLMEngine) -
             ("/rerank", {"query": "q", "texts": []}),
             ("/rerank", {"query": "q", "documents": []}),  # TEI's path: TEI's status, whichever body
             ("/", {"input": []}),  # POST / with the /v1/embeddings body
+            ("/tokenize", {"inputs": []}),
+            ("/decode", {"ids": []}),
             ("/v1/embeddings", {"input": []}),
             ("/v1/rerank", {"query": "q", "documents": []}),
-            ("/tokenize", {"inputs": []}),
         ],
     )
     tei = ((embed, "inputs"), (similarity, "inputs.sentences"), (rerank, "texts"), (cohere_body, "documents"))
-    for response, field in (*tei, (root, "input")):
+    for response, field in (*tei, (root, "input"), (tokenize, "inputs"), (decode, "ids")):
         assert response.status_code == 400, response.text
         assert response.json() == {
             "error": f"{field} cannot be empty; pass at least one input",
@@ -136,7 +140,6 @@ async def test_empty_inputs_answer_tei_400_empty(async_engine: AsyncLLMEngine) -
         }
     assert openai.status_code == 422 and openai.json()["error"]["param"] == "input"
     assert cohere.status_code == 422 and cohere.json()["error"]["param"] == "documents"
-    assert tokenize.status_code == 422 and tokenize.json()["error_type"] == "Validation"
 
 
 @pytest.mark.anyio
@@ -147,5 +150,5 @@ async def test_openapi_documents_each_doors_statuses(async_engine: AsyncLLMEngin
     assert {"400", "413", "424"} <= set(embed) and "empty" in embed["400"]["description"]
     assert "too long" in embed["413"]["description"] and "too long" not in embed["400"]["description"]
     assert "424" not in openai and "too long" in openai["400"]["description"]
-    tokenize = paths["/tokenize"]["post"]["responses"]  # runs no model: no 424, no empty-batch 400
-    assert "424" not in tokenize and "empty" not in tokenize["400"]["description"]
+    tokenize = paths["/tokenize"]["post"]["responses"]  # runs no model: no 424
+    assert "424" not in tokenize and "empty" in tokenize["400"]["description"]

@@ -62,9 +62,10 @@ def run_schemathesis(url: str) -> list[str]:
     # An input longer than max_model_len with "truncate": false is refused (documented): 413 on TEI's routes,
     # 400 on the OpenAI-shaped ones (server/doors.py), a limit in tokens that no JSON schema of a text can
     # state, so positive cases may meet it. So is the /v1/embeddings body's default output (dense) on a model
-    # without it (a SPLADE model): 400 there, 424 as POST /'s body (TEI's route), both documented.
+    # without it (a SPLADE model): 400 there, 424 as POST /'s body (TEI's route), both documented, and
+    # refusals of schema-violating requests too.
     rejection = schema.config.checks.negative_data_rejection
-    rejection.expected_statuses = [*rejection.expected_statuses, "413"]
+    rejection.expected_statuses = [*rejection.expected_statuses, "413", "424"]
     acceptance = schema.config.checks.positive_data_acceptance
     acceptance.expected_statuses = [*acceptance.expected_statuses, "400", "413", "424"]
     failures: list[str] = []

@@ -14,7 +14,8 @@ alongside).
 
 Two additions to the v1.7.1 document, both stated below: TEI's later documents (the ``utoipa`` annotations
 of ``router/src/http/server.rs`` that generate ``docs/openapi.json``) add 400 "Batch is empty"
-(``error_type`` ``Empty``) to its batch routes, which we answer as TEI does; and ``/v1/embeddings`` is
+(``error_type`` ``Empty``) to its routes that take lists, and 413 "Batch size error" to /tokenize and
+/decode (which TEI answered already), as we answer them; and ``/v1/embeddings`` is
 OpenAI's door on wde, which keeps OpenAI's 400 ``invalid_request_error`` where TEI answers 413 (an over-long
 input) or 424 (a model without embeddings), as OpenAI's clients expect (README's error table).
 """
@@ -41,8 +42,14 @@ pytestmark = pytest.mark.anyio
 
 SPEC_PATH = Path(__file__).parent / "data" / "tei_openapi.json"
 LONG = "word " * 400  # longer than every model's max_model_len here
-# TEI's documents after v1.7.1 add 400 "Batch is empty" (ErrorType Empty) to these operations.
-TEI_EMPTY_BATCH_OPERATIONS = ("/embed", "/embed_all", "/embed_sparse", "/predict", "/rerank", "/similarity")
+# What TEI's documents after v1.7.1 add: 400 "Batch is empty" (ErrorType Empty), and on /tokenize and /decode
+# 413 "Batch size error" (more inputs than --max-client-batch-size, as its other routes document).
+LATER_DOCUMENTED = {
+    **dict.fromkeys(
+        ("/embed", "/embed_all", "/embed_sparse", "/predict", "/rerank", "/similarity"), ("400",)
+    ),
+    **dict.fromkeys(("/tokenize", "/decode"), ("400", "413")),
+}
 # wde's OpenAI door: OpenAI's 400 invalid_request_error where TEI's OpenAI route answers 413 / 424.
 OPENAI_DOOR = {"/v1/embeddings": "400"}
 
@@ -61,12 +68,14 @@ def _json_schema(node: Any) -> Any:
 
 @pytest.fixture(scope="module")
 def spec() -> dict[str, Any]:
-    """TEI's v1.7.1 document with what its later ones add: the ``Empty`` error type, and its 400."""
+    """TEI's v1.7.1 document with what its later ones add: the ``Empty`` error type, its 400, /tokenize's and
+    /decode's 413."""
     document = json.loads(SPEC_PATH.read_text(encoding="utf-8"))
     document["components"]["schemas"]["ErrorType"]["enum"].append("Empty")
     error = {"content": {"application/json": {"schema": {"$ref": "#/components/schemas/ErrorResponse"}}}}
-    for path in TEI_EMPTY_BATCH_OPERATIONS:
-        document["paths"][path]["post"]["responses"]["400"] = {"description": "Batch is empty", **error}
+    for path, statuses in LATER_DOCUMENTED.items():
+        for status in statuses:
+            document["paths"][path]["post"]["responses"][status] = error
     return document
 
 
@@ -197,6 +206,8 @@ EMBEDDING_REQUESTS: list[tuple[str, str, Any]] = [
     ("post", "/v1/embeddings", {"input": "a", "encoding_format": "float"}),
     ("post", "/embed_sparse", {"inputs": "a"}),  # a dense model: refused, 424 (Backend)
     ("post", "/similarity", {"inputs": {"source_sentence": "a", "sentences": []}}),  # 400 (Empty)
+    ("post", "/tokenize", {"inputs": ["x"] * 40}),  # over --max-client-batch-size: 413
+    ("post", "/tokenize", {"inputs": []}),  # 400 (Empty)
 ]
 M3_REQUESTS: list[tuple[str, str, Any]] = [
     ("post", "/embed", {"inputs": ["a text", "another"]}),
@@ -235,7 +246,7 @@ async def test_embedding_model_answers_tei_schemas(
 ) -> None:
     async with asgi_client(async_engine, max_client_batch_size=32) as (client, _):
         statuses = [await _check(client, spec, registry, *request) for request in EMBEDDING_REQUESTS]
-    assert statuses == [200] * 6 + [413, 413, 422] + [200] * 7 + [424, 400]
+    assert statuses == [200] * 6 + [413, 413, 422] + [200] * 7 + [424, 400, 413, 400]
 
 
 async def test_bge_m3_answers_tei_schemas_on_every_embed_route(
