@@ -20,6 +20,7 @@ from typing import Any
 
 from uvicorn.protocols.http.httptools_impl import STATUS_LINE, HttpToolsProtocol
 
+from server.coalescing_transport import CoalescingTransport
 from server.errors import HeadersTooLargeError, RequestTimeoutError, error_response
 from server.lingering_transport import LingeringTransport
 
@@ -41,7 +42,8 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
     # 1. the header timer: from the connection's start, and from the first byte of each later request
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         self.lingering_transport = LingeringTransport(transport, self)
-        super().connection_made(self.lingering_transport)  # type: ignore[arg-type]
+        # an answer's head and body leave in one write (server/coalescing_transport.py)
+        super().connection_made(CoalescingTransport(self.lingering_transport, self.loop))  # type: ignore[arg-type]
         self._start_header_timer()
 
     def on_message_begin(self) -> None:
