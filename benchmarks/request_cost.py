@@ -35,13 +35,24 @@ import httpx
 
 from benchmarks.cpu_info import cpu_flags, cpu_model, isa_flags
 from benchmarks.dataset import load_texts, shared_data_path
-from benchmarks.server_load import STARTUP_TIMEOUT_S, drive, in_process_texts_per_s
+from benchmarks.server_load import drive, in_process_texts_per_s
 from benchmarks.subprocess_server import free_port, serving
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 WARMUP_REQUESTS = 64
+STARTUP_TIMEOUT_S = 600.0  # four servers start one after another, on a machine that may be busy
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 CACHE_SIZE_MIB = 64
+# The commit that added the forward CPU counter (wde_batch_inference_cpu_seconds), applied to an older
+# baseline: without it a baseline's forward CPU could only be guessed from wall time, which is far off on a
+# busy machine (a preempted forward's wall time is not CPU).
+INSTRUMENTATION = "8547adc"
+INSTRUMENTED_FILES = (
+    "wde/engine/executor.py",
+    "wde/engine/stats.py",
+    "wde/engine/llm_engine.py",
+    "server/metrics.py",
+)
 FORWARD_SUM = re.compile(r"^wde_batch_inference_duration_seconds_sum\{[^}]*\} (\S+)$", re.MULTILINE)
 FORWARD_CPU = re.compile(r"^wde_batch_inference_cpu_seconds_total\{[^}]*\} (\S+)$", re.MULTILINE)
 
@@ -52,13 +63,16 @@ class Row:
     path: str
     body: Callable[[str], dict[str, Any]]
     cached: bool  # served by the --cache-size server, after a pass that fills the cache
+    forward: bool  # runs the forward pass (the slow rows: --forward-requests of them)
 
 
 ROWS = (
-    Row("/embed (forward)", "/embed", lambda text: {"inputs": text}, cached=False),
-    Row("/v1/embeddings (forward)", "/v1/embeddings", lambda text: {"input": text}, cached=False),
-    Row("/tokenize (no forward)", "/tokenize", lambda text: {"inputs": text}, cached=False),
-    Row("/embed cache hit (no forward)", "/embed", lambda text: {"inputs": text}, cached=True),
+    Row("/embed (forward)", "/embed", lambda text: {"inputs": text}, cached=False, forward=True),
+    Row(
+        "/v1/embeddings (forward)", "/v1/embeddings", lambda text: {"input": text}, cached=False, forward=True
+    ),
+    Row("/tokenize (no forward)", "/tokenize", lambda text: {"inputs": text}, cached=False, forward=False),
+    Row("/embed cache hit (no forward)", "/embed", lambda text: {"inputs": text}, cached=True, forward=False),
 )
 
 
@@ -122,10 +136,20 @@ def measure(server: Server, row: Row, texts: list[str], concurrency: int, torch_
 
 @contextmanager
 def baseline_tree(ref: str) -> Iterator[Path]:
-    """A ``git worktree`` of ``ref`` under /tmp, removed at the end."""
+    """A ``git worktree`` of ``ref`` under /tmp, removed at the end; one older than the forward CPU counter
+    gets it (``INSTRUMENTATION``: measurement only), so that both trees' forward CPU is measured alike."""
     path = Path(f"/tmp/wde-request-cost-{os.getpid()}")
     subprocess.run(["git", "worktree", "add", "--detach", str(path), ref], cwd=REPO_ROOT, check=True)
     try:
+        if "wde_batch_inference_cpu_seconds" not in (path / "server" / "metrics.py").read_text():
+            patch = subprocess.run(
+                ["git", "show", INSTRUMENTATION, "--", *INSTRUMENTED_FILES],
+                cwd=REPO_ROOT,
+                check=True,
+                capture_output=True,
+            ).stdout
+            subprocess.run(["git", "apply", "-"], cwd=path, input=patch, check=True)
+            print(f"# {ref}: with the forward CPU counter of {INSTRUMENTATION} applied", flush=True)
         yield path
     finally:
         subprocess.run(["git", "worktree", "remove", "--force", str(path)], cwd=REPO_ROOT, check=False)
@@ -176,7 +200,10 @@ def main(argv: list[str] | None = None) -> None:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--data", default=shared_data_path("queries.jsonl"))
-    parser.add_argument("--num-requests", type=int, default=2000, help="requests per row and run (N)")
+    parser.add_argument("--num-requests", type=int, default=1000, help="requests per row and run (N)")
+    parser.add_argument(
+        "--forward-requests", type=int, default=500, help="N of the rows that run the forward (slower)"
+    )
     parser.add_argument("--concurrency", type=int, default=32)
     parser.add_argument("--repeats", type=int, default=3, help="runs of every row per tree (medians shown)")
     parser.add_argument("--baseline-ref", default=None, help="git ref served beside the current tree")
@@ -194,7 +221,7 @@ def main(argv: list[str] | None = None) -> None:
     # 1. in process, before any server runs
     texts_per_s = None
     if not args.no_in_process:
-        texts_per_s, _ = in_process_texts_per_s(None, "float32", texts)
+        texts_per_s, _ = in_process_texts_per_s(None, "float32", texts[: args.forward_requests])
         print(f"in-process LLM.encode: {texts_per_s:,.1f} texts/s")
     # 2. the servers: per tree, one default and one with the result cache
     results: dict[tuple[str, str], list[Measure]] = {}
@@ -207,21 +234,29 @@ def main(argv: list[str] | None = None) -> None:
             servers[tree, False] = stack.enter_context(started(tree, root, []))
             cache_args = ["--cache-size", str(CACHE_SIZE_MIB)]
             servers[tree, True] = stack.enter_context(started(tree, root, cache_args))
-        for server in servers.values():  # warm-up; the cache servers see every text once (filled)
+        for (_, cached), server in servers.items():  # warm-up; the cache servers get every text (filled)
             for row in ROWS:
-                warm = texts if row.cached and (server.tree, True) in servers else texts[:WARMUP_REQUESTS]
-                asyncio.run(drive(server.url, warm, args.concurrency, row.path, row.body))
+                if row.cached == cached:
+                    asyncio.run(
+                        drive(server.url, texts[:WARMUP_REQUESTS], args.concurrency, row.path, row.body)
+                    )
+            if cached:  # 32 texts per request: the cache keeps each input's output
+                batches = [texts[start : start + 32] for start in range(0, len(texts), 32)]
+                asyncio.run(drive(server.url, batches, 4, "/embed", lambda batch: {"inputs": batch}))
         # 3. interleaved: each repeat runs every row on every tree in turn
         for _ in range(args.repeats):
             for row in ROWS:
                 for tree, _root in trees:
                     server = servers[tree, row.cached]
-                    measured = measure(server, row, texts, args.concurrency, torch_threads)
+                    row_texts = texts[: args.forward_requests] if row.forward else texts
+                    measured = measure(server, row, row_texts, args.concurrency, torch_threads)
+                    print(f"  {row.name} [{tree}]: {measured}", file=sys.stderr, flush=True)
                     results.setdefault((row.name, tree), []).append(measured)
     # 4. report
     print(f"# load average at end: {load_average()}")
     print(
-        f"# {len(texts)} one-text requests per row from {args.data}, concurrency {args.concurrency}, "
+        f"# {len(texts)} one-text requests per row ({min(len(texts), args.forward_requests)} for the forward "
+        f"rows) from {args.data}, concurrency {args.concurrency}, "
         f"float32, medians of {args.repeats}; outside forward = server CPU - the forward thread's CPU "
         f"(wde_batch_inference_cpu_seconds; else the forward's wall time) x {torch_threads} torch threads"
     )
