@@ -22,6 +22,7 @@ from collections.abc import Sequence
 from dataclasses import MISSING, fields
 from typing import Any
 
+from server.memory_release import limit_malloc_arenas
 from server.ray_serve.flags import add_ray_serve_flags
 from server.settings import ServerSettings
 from wde.engine_args import EngineArgs
@@ -206,7 +207,9 @@ def embed(args: argparse.Namespace) -> int:
 def serve(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     """Exit 2 with one line for a user error found before anything loads (a flag, the model folder, the
     port); 1 when the model fails to load; 0 after a graceful drain."""
-    # 1. settings and the model folders, checked before anything loads or binds
+    # 1. settings and the model folders, checked before anything loads or binds (one malloc arena first,
+    #    before any thread: freed heap goes back to the system, server/memory_release.py)
+    limit_malloc_arenas()
     settings = ServerSettings(**{name: getattr(args, name) for name in ServerSettings.field_names()})
     logging.basicConfig(
         level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"

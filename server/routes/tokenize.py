@@ -8,12 +8,8 @@ time, so neither a per-token dict of the whole answer nor the whole body ever ex
 
 from __future__ import annotations
 
-import asyncio
-import ctypes
-import ctypes.util
-import functools
 import threading
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import orjson
@@ -24,6 +20,7 @@ from starlette.concurrency import run_in_threadpool
 from starlette.responses import StreamingResponse
 
 from server.app_state import get_state
+from server.memory_release import release_freed_memory, trim_soon, trim_soon_async
 from server.protocol import SimpleToken, TokenizeRequest
 from server.responses import ORJSONResponse
 from wde.engine.input_processor import MAX_INPUT_CHARS
@@ -33,10 +30,9 @@ router = APIRouter(tags=["TEI"])
 # Tokens serialized per chunk of the streamed answer (~70 bytes of JSON each: ~300 KB per chunk).
 TOKENS_PER_CHUNK = 4096
 # A request that tokenized this many tokens hands the freed heap back to the system when done: a tokenizer
-# encoding costs ~300 bytes a token in the tokenizer's native heap, which glibc otherwise keeps.
+# encoding costs ~300 bytes a token in the tokenizer's native heap, which glibc otherwise keeps
+# (``server/memory_release.py``: with one malloc arena, as ``wde serve`` sets, the trim returns all of it).
 MIN_TOKENS_TO_TRIM = 16_384
-TRIM_DELAY_SECONDS = 1.0
-_trim_pending = False  # a trim_heap_soon is scheduled
 # One answer chunk is built at a time, whatever the number of /tokenize requests: building holds the GIL,
 # and each more thread wanting it delays the event loop's turns (/health, other routes' I/O).
 _BUILD_LOCK = threading.Lock()
@@ -61,14 +57,14 @@ async def tokenize(body: TokenizeRequest, request: Request) -> StreamingResponse
             encode_within, info.tokenizer, texts, body.add_special_tokens, state.settings.max_tokenize_tokens
         )
     except ValueError:  # past the bound: a large encoding (and body) freed once the 422 is sent
-        trim_heap_soon()
+        trim_soon()
         raise
     # 4. the answer, serialized a slice at a time in the threadpool (Starlette iterates a sync generator
     #    there) as the client reads it
     chunks = json_chunks(info.tokenizer, texts, encodings)
     num_tokens = sum(len(encoding) for encoding in encodings)
     # 5. a large answer's freed heap handed back once it is sent (its last chunks were in the socket's buffer)
-    trim = BackgroundTask(_trim_heap_soon_async) if num_tokens >= MIN_TOKENS_TO_TRIM else None
+    trim = BackgroundTask(trim_soon_async) if num_tokens >= MIN_TOKENS_TO_TRIM else None
     return StreamingResponse(chunks, media_type="application/json", background=trim)
 
 
@@ -155,41 +151,3 @@ def _simple_token(
         return {"id": token_id, "text": token, "special": True, "start": None, "stop": None}
     start, stop = offset
     return {"id": token_id, "text": text[start:stop], "special": False, "start": start, "stop": stop}
-
-
-def trim_heap_soon() -> None:
-    """``release_freed_memory`` in the threadpool ``TRIM_DELAY_SECONDS`` from now, when what the request held
-    is freed (one pending trim at a time). Call on the event loop."""
-    global _trim_pending
-    if _trim_pending:
-        return
-    _trim_pending = True
-    loop = asyncio.get_running_loop()
-
-    def trim() -> None:
-        global _trim_pending
-        _trim_pending = False
-        loop.run_in_executor(None, release_freed_memory)
-
-    loop.call_later(TRIM_DELAY_SECONDS, trim)
-
-
-async def _trim_heap_soon_async() -> None:
-    trim_heap_soon()
-
-
-def release_freed_memory() -> None:
-    """Hand the heap's free pages back to the system (glibc ``malloc_trim``, every arena; elsewhere a no-op),
-    so that a large request's RSS does not stay behind after it."""
-    trim = _malloc_trim()
-    if trim is not None:
-        trim(0)
-
-
-@functools.cache
-def _malloc_trim() -> Callable[[int], int] | None:
-    name = ctypes.util.find_library("c")
-    if name is None:
-        return None
-    trim: Callable[[int], int] | None = getattr(ctypes.CDLL(name), "malloc_trim", None)
-    return trim

@@ -1,8 +1,13 @@
-"""The issue's /tokenize repro on a real ``wde serve``: four 1.99 MB bodies at once (refused by the per-text
-character limit), four requests past --max-tokenize-tokens (refused after tokenizing) and four answers of
-~80,000 tokens each keep /health under 0.5 s meanwhile, and RSS 5 s later within 10% of before (a server
-warmed up by one round of the same requests: the threadpool's threads and their heaps exist, so a second
-round measures what such requests leave behind)."""
+"""The issue's /tokenize repro on a real, cold ``wde serve`` (no request before): four 1.99 MB bodies at once
+(refused by the per-text character limit), four requests past --max-tokenize-tokens (refused after
+tokenizing) and four answers of ~80,000 tokens each keep /health under 0.5 s meanwhile, and RSS 5 s later
+within 10% of before.
+
+What such requests leave, cold: before ``wde serve`` kept one malloc arena (``server/memory_release.py``),
+the tokenizer's and the threadpool's threads each held a glibc arena whose freed top ``malloc_trim`` does
+not return: +125 MiB after the four refused-after-tokenizing requests (450 -> 579 MiB), +60-120 MiB after
+a round in all. With one arena, measured on 2 cores: 450 -> 455-457 MiB (+1%), the threadpool's new
+threads (their stacks) and the first requests' one-time state (validators, the route's imports)."""
 
 from __future__ import annotations
 
@@ -45,13 +50,7 @@ async def _slowest_health(client: httpx.AsyncClient, stop: asyncio.Event) -> flo
 
 async def _four_at_once(url: str, pid: int) -> None:
     async with httpx.AsyncClient(base_url=url, timeout=120) as client:
-        # warm up with one round of the same phases, four at once: the threadpool's threads and their heaps
-        # exist and the allocator has its steady-state pools, so what is measured is growth per round
-        for body, status in BODIES:
-            answers = await asyncio.gather(*(client.post("/tokenize", json=body) for _ in range(4)))
-            assert [answer.status_code for answer in answers] == [status] * 4, answers[0].text[:300]
-        await asyncio.sleep(5)
-        before = rss_mib(pid)
+        before = rss_mib(pid)  # cold: no request yet
         for body, status in BODIES:
             stop = asyncio.Event()
             health = asyncio.create_task(_slowest_health(client, stop))
