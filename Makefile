@@ -21,7 +21,7 @@ install: $(PY) ## create .venv and install wde with the server and dev extras (t
 	$(PIP) install --quiet -c constraints.txt -e ".[server,dev]"
 
 test: ## run the whole test suite, as CI does (GPU tests skip without CUDA)
-	$(PY) -m pytest -q; rc=$$?; if [ $$rc -eq 5 ]; then echo "pytest: no tests collected"; rc=0; fi; exit $$rc
+	$(PY) -m pytest -q --durations=15; rc=$$?; if [ $$rc -eq 5 ]; then echo "pytest: no tests collected"; rc=0; fi; exit $$rc
 
 test-fast: ## the inner-loop subset: every test but those marked slow (real weights, real `wde serve` processes)
 	$(PY) -m pytest -q -m "not slow"
