@@ -8,10 +8,11 @@ Adding a route group (the rerank routes ``/rerank``, ``/v1/rerank``, ``/v2/reran
      ``Request``, calls ``state = get_state(request)``, ``state.check_num_inputs(...)``,
      ``await state.engine.score(...)`` and returns ``ORJSONResponse(...)``;
   3. the module added to ``ROUTE_MODULES`` below.
-Handlers only raise; a new exception type gets its status in ``server/errors.py``'s ``ERROR_TABLE``
-(``/v1/*`` paths get OpenAI's error shape automatically). Auth, admission (429/503), the payload limit
-(413), metrics by route and the abort of a disconnected client's requests apply without any change
-(``server/middleware/request_pipeline.py``).
+Handlers only raise; a new exception type gets its status in ``server/errors.py``'s ``ERROR_TABLE`` (and
+in ``TEI_ERROR_TABLE`` where TEI answers it differently; ``server/doors.py`` says which routes are TEI's:
+``/v1/*`` paths get OpenAI's error shape and statuses automatically). Auth, admission (429/503), the
+payload limit (413), metrics by route and the abort of a disconnected client's requests apply without any
+change (``server/middleware/request_pipeline.py``).
 """
 
 from __future__ import annotations
