@@ -83,4 +83,4 @@ def test_ready_line_with_the_url_and_access_lines(tmp_path: Path) -> None:
     assert "Uvicorn running" not in log
     assert log.index(f"listening on {server.url}") < log.index("ready: serving")
     assert log.count("wde.access: POST /embed 200") == 1 and "inputs=2 tokens=6" in log
-    assert log.count("wde.access: POST /embed 422") == 1 and "WARNING wde.access" in log
+    assert log.count("wde.access: POST /embed 400") == 1 and "WARNING wde.access" in log
