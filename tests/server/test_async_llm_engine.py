@@ -158,6 +158,20 @@ async def test_a_call_taken_back_before_its_hop_never_reaches_the_engine(
     assert not engine._unqueue(loop, kept)  # handed over: a cancel aborts it in the engine instead
 
 
+async def test_a_hop_that_fails_answers_every_call_of_it(
+    engine: AsyncLLMEngine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Whatever the hand-over raises reaches every call gathered into it: none waits forever."""
+
+    def refuse(calls: list) -> None:
+        raise RuntimeError("the engine thread's queue is gone")
+
+    monkeypatch.setattr(engine._thread, "add_many", refuse)
+    tasks = [asyncio.create_task(engine.encode([text])) for text in ("a", "b", "c")]
+    results = await asyncio.wait_for(asyncio.gather(*tasks, return_exceptions=True), TIMEOUT)
+    assert [str(result) for result in results] == ["the engine thread's queue is gone"] * 3
+
+
 async def test_shutdown_finishes_accepted_work_then_refuses(engine: AsyncLLMEngine, fake: FakeEngine) -> None:
     fake.gate.clear()
     in_flight = asyncio.create_task(engine.encode(["a", "b"]))

@@ -325,7 +325,8 @@ class AsyncLLMEngine:
             return
         try:
             self._thread.add_many(calls)
-        except EngineUnavailableError as error:  # the engine stopped taking work within this iteration
+        except Exception as error:  # e.g. the engine stopped taking work within this iteration: every call
+            # gets the error, none waits forever on a future nobody will resolve
             for call in calls:
                 if not call.future.done():
                     call.future.set_exception(error)
