@@ -16,13 +16,8 @@ import argparse
 import asyncio
 import os
 import re
-import signal
-import subprocess
 import sys
 import tempfile
-import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -32,7 +27,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from benchmarks.dataset import load_texts, shared_data_path
 from benchmarks.server_load import STARTUP_TIMEOUT_S, LoadResult, drive
-from benchmarks.subprocess_server import free_port
+from benchmarks.subprocess_server import free_port, serving
 from server.swap_policy import SwapTiming
 
 NAMES = ("swap-a", "swap-b")
@@ -90,34 +85,6 @@ def num_loads(url: str) -> int:
     raise RuntimeError("no wde_model_loads metric on /metrics")
 
 
-@contextmanager
-def logged_server(command: list[str], url: str, log_path: Path) -> Iterator[None]:
-    """``command`` until the block ends, its output in ``log_path``; waits for /health to answer 200."""
-    with log_path.open("wb") as log:
-        process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=dict(os.environ))
-        try:
-            deadline = time.monotonic() + STARTUP_TIMEOUT_S
-            while not _healthy(url):
-                if process.poll() is not None or time.monotonic() > deadline:
-                    raise RuntimeError(f"wde serve did not start:\n{log_path.read_text()[-3000:]}")
-                time.sleep(0.2)
-            yield
-        finally:
-            process.send_signal(signal.SIGTERM)
-            try:
-                process.wait(timeout=60)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait()
-
-
-def _healthy(url: str) -> bool:
-    try:
-        return httpx.get(f"{url}/health", timeout=1.0).status_code == 200
-    except httpx.TransportError:
-        return False
-
-
 def run(
     model: str | None,
     texts: list[str],
@@ -144,7 +111,7 @@ def run(
         command += ["--port", str(port), "--no-access-log", "--max-concurrent-requests", "4096", *extra_args]
         url = f"http://127.0.0.1:{port}"
         log_path = Path(folder) / "serve.log"
-        with logged_server(command, url, log_path):
+        with serving("wde serve", command, f"{url}/health", STARTUP_TIMEOUT_S, log_path=log_path):
             loads_before = num_loads(url)
             result = asyncio.run(drive(url, items, concurrency, path="/v1/embeddings", body=body))
             # drive's warm-up request (the first item) may itself swap: counted with the run

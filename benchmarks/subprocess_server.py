@@ -12,6 +12,7 @@ import tempfile
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
 from typing import IO
 
 
@@ -29,8 +30,10 @@ def serving(
     startup_timeout_s: float,
     env: dict[str, str] | None = None,
     cwd: str | None = None,
+    log_path: Path | None = None,
 ) -> Iterator[None]:
-    with tempfile.TemporaryFile() as log:
+    """``log_path``: keep the server's output in this file (read it after the block), else a temporary one."""
+    with log_path.open("w+b") if log_path is not None else tempfile.TemporaryFile() as log:
         process = subprocess.Popen(
             command, stdout=log, stderr=subprocess.STDOUT, env={**os.environ, **(env or {})}, cwd=cwd
         )
