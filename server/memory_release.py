@@ -16,10 +16,11 @@ from __future__ import annotations
 
 import asyncio
 import ctypes
-import ctypes.util
 import functools
 import os
 from collections.abc import Callable
+
+from wde.platforms.libc import glibc_malloc_trim, libc_function
 
 M_ARENA_MAX = -8  # mallopt's parameter (malloc.h)
 TRIM_DELAY_SECONDS = 1.0  # a trim this long after a large request, once what it held is freed
@@ -70,20 +71,12 @@ async def trim_soon_async() -> None:
 
 @functools.cache
 def _malloc_trim() -> Callable[[], int] | None:
-    from wde.engine.memory_trimmer import glibc_malloc_trim  # (wde.engine imports torch: not at start-up)
-
     return glibc_malloc_trim()
 
 
 @functools.cache
 def _mallopt() -> Callable[[int, int], int] | None:
-    name = ctypes.util.find_library("c")
-    if name is None:
-        return None
-    try:
-        mallopt = ctypes.CDLL(name).mallopt
-    except (OSError, AttributeError):
-        return None
-    mallopt.argtypes = [ctypes.c_int, ctypes.c_int]
-    mallopt.restype = ctypes.c_int
+    mallopt: Callable[[int, int], int] | None = libc_function(
+        "mallopt", [ctypes.c_int, ctypes.c_int], ctypes.c_int
+    )
     return mallopt

@@ -20,30 +20,16 @@ A trim costs 3-35 ms.
 
 from __future__ import annotations
 
-import ctypes
-import ctypes.util
 import logging
 import time
 from collections.abc import Callable
+
+from wde.platforms.libc import glibc_malloc_trim
 
 logger = logging.getLogger(__name__)
 
 DEFAULT_MIN_TOKENS = 16384  # ~64 inputs of 256 tokens: the trim's cost stays far below the work's
 DEFAULT_MIN_INTERVAL_SECONDS = 1.0
-
-
-def glibc_malloc_trim() -> Callable[[], int] | None:
-    """``malloc_trim(0)`` of the C library, or None where it has none (not glibc)."""
-    name = ctypes.util.find_library("c")
-    if name is None:
-        return None
-    try:
-        trim = ctypes.CDLL(name).malloc_trim
-    except (OSError, AttributeError):
-        return None
-    trim.argtypes = [ctypes.c_size_t]
-    trim.restype = ctypes.c_int
-    return lambda: trim(0)
 
 
 class MemoryTrimmer:
