@@ -7,6 +7,8 @@ import platform
 import re
 from pathlib import Path
 
+from wde.platforms.cpu_flags import parse_cpu_flags
+
 CPUINFO = Path("/proc/cpuinfo")
 # the flags that matter for float32 / bfloat16 / int8 matmuls
 ISA_PATTERN = re.compile(r"^(avx2|avx512.*|amx.*|avx_vnni.*)$")
@@ -31,10 +33,8 @@ def cpu_model(text: str | None = None) -> str:
 
 
 def cpu_flags(text: str | None = None) -> set[str]:
-    """Every flag of the first CPU (``flags`` on x86, ``Features`` on ARM)."""
-    text = cpuinfo_text() if text is None else text
-    match = re.search(r"^(?:flags|Features)\s*:\s*(.*)$", text, re.MULTILINE)
-    return set(match.group(1).split()) if match else set()
+    """Every flag of the first CPU (``flags`` on x86, ``Features`` on ARM), as wde's speed paths read them."""
+    return set(parse_cpu_flags(cpuinfo_text() if text is None else text))
 
 
 def isa_flags(flags: set[str]) -> list[str]:
