@@ -312,6 +312,9 @@ class SchedulerConfig:
     # How many queued requests the lazy RequestProcessor tokenizes in one batched call.
     max_num_lookahead: int = 0
     budget_reason: str = "set explicitly"  # why max_num_batched_tokens is what it is (logged, tested)
+    # The engine loop's hold before a step for the clients the last step answered (0: off); see
+    # wde/engine/batch_forming.py.
+    max_batch_wait_seconds: float = 0.0
 
     def __post_init__(self) -> None:
         if self.max_num_lookahead == 0:
@@ -328,6 +331,8 @@ class SchedulerConfig:
             raise ValueError(f"max_num_seqs ({self.max_num_seqs}) must be >= 1")
         if self.max_num_lookahead < 1:
             raise ValueError(f"max_num_lookahead ({self.max_num_lookahead}) must be >= 1")
+        if self.max_batch_wait_seconds < 0:
+            raise ValueError(f"max_batch_wait_ms ({self.max_batch_wait_seconds * 1e3:g}) must be >= 0")
 
 
 @dataclass

@@ -31,6 +31,7 @@ from wde.flag_field import flag
 logger = logging.getLogger(__name__)
 
 DEFAULT_MAX_NUM_SEQS = 256
+DEFAULT_MAX_BATCH_WAIT_MS = 30.0  # see wde/engine/batch_forming.py
 
 
 def default_model_path() -> str:
@@ -74,6 +75,12 @@ class EngineArgs:
     )
     max_num_seqs: int | None = flag(
         None, help=f"sequences in one forward pass (default: {DEFAULT_MAX_NUM_SEQS})"
+    )
+    max_batch_wait_ms: float = flag(
+        DEFAULT_MAX_BATCH_WAIT_MS,
+        help="before a step, wait up to this long (and at most 0.3x the last step's duration) for the "
+        "clients the last step answered, so that their next requests join one batch instead of "
+        "alternating half batches (0: off; the in-process LLM never waits)",
     )
     attention_backend: str = flag(
         "auto",
@@ -221,6 +228,7 @@ class EngineArgs:
             scheduler_config=SchedulerConfig(
                 max_num_batched_tokens=max_num_batched_tokens,
                 max_num_seqs=self.max_num_seqs or DEFAULT_MAX_NUM_SEQS,
+                max_batch_wait_seconds=self.max_batch_wait_ms / 1e3,
                 budget_reason="set explicitly"
                 if self.max_num_batched_tokens
                 else f"{platform.device_type} default",

@@ -48,7 +48,9 @@ class FakeEngine:
         self.num_idle_calls = 0  # on_idle() calls: the engine thread went idle
         self.idle_wait_seconds: float | None = None  # on_idle's answer: call me again after that long
 
-    def add_requests(self, request_ids: list[str], prompts: list[Any], params: Any) -> None:
+    def add_requests(
+        self, request_ids: list[str], prompts: list[Any], params: Any, arrival_time: float | None = None
+    ) -> None:
         for index, prompt in enumerate(prompts):
             if not isinstance(prompt, str):
                 raise TypeError(f"inputs[{index}]: expected a str, got {type(prompt).__name__}")

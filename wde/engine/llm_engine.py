@@ -101,9 +101,11 @@ class LLMEngine:
         params: PoolingParams | None = None,
         *,
         priority: int = PRIORITY_INTERACTIVE,
+        arrival_time: float | None = None,
     ) -> None:
         """Validate every input first, then queue them all: a bad input leaves the queue untouched.
-        ``priority``: lower runs first (``wde.request.PRIORITY_BATCH`` waits for interactive requests)."""
+        ``priority``: lower runs first (``wde.request.PRIORITY_BATCH`` waits for interactive requests).
+        ``arrival_time``: when the caller submitted them (``time.monotonic()``; default: now)."""
         for request_id in request_ids:
             if request_id in self.requests:
                 raise ValueError(f"request id {request_id!r} is already in the engine")
@@ -112,6 +114,8 @@ class LLMEngine:
         requests = self.input_processor.process(request_ids, prompts, params or PoolingParams())
         for request in requests:
             request.priority = priority
+            if arrival_time is not None:
+                request.arrival_time = arrival_time
             self.requests[request.request_id] = request
             self.scheduler.add_request(request)
 

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from itertools import islice
 
 from wde.config import SchedulerConfig
+from wde.engine.batch_forming import BatchForming
 from wde.engine.request_processor import RequestProcessor
 from wde.engine.token_budget import TokenBudget
 from wde.request import PRIORITY_INTERACTIVE, Request, RequestStatus
@@ -67,6 +68,13 @@ class Scheduler:
         self.num_interactive_running = 0
         self.last_interactive_finish = -math.inf
         self.low_priority_held_since: float | None = None
+        # the hold for the clients the last step answered (their next requests join one batch)
+        self.batch_forming = BatchForming(
+            scheduler_config.max_batch_wait_seconds,
+            self.max_num_seqs,
+            self.max_num_batched_tokens,
+            clock,
+        )
 
     @property
     def num_waiting(self) -> int:
@@ -77,6 +85,7 @@ class Scheduler:
 
     def add_request(self, request: Request) -> None:
         self.queues.setdefault(request.priority, deque()).append(request)
+        self.batch_forming.note_arrival(request.arrival_time)
         if request.priority == PRIORITY_INTERACTIVE:
             self.last_interactive_time = self.clock()
 
@@ -109,21 +118,28 @@ class Scheduler:
             if not self._admit(queue, budget, None if is_interactive else low_priority, output):
                 break  # never skip ahead of the head of a queue, nor of a higher priority
         self._note_scheduled(output.scheduled_requests)
+        self.batch_forming.note_step_start(len(output.scheduled_requests), budget.cost)
         return output
 
     def finish(self, requests: Iterable[Request]) -> None:
         """The engine got these scheduled requests' results (or failures) back: ends their hold-off."""
+        requests = list(requests)
+        self.batch_forming.note_step_end(len(requests), self.num_waiting)
         num_interactive = sum(1 for request in requests if request.priority == PRIORITY_INTERACTIVE)
         if num_interactive:
             self.num_interactive_running = max(0, self.num_interactive_running - num_interactive)
             self.last_interactive_finish = self.clock()
 
     def hold_seconds(self) -> float:
-        """Seconds before a step would schedule anything (0: now): waiting work is all lower-priority and
-        held off (3. above). The engine loop waits this long for new requests instead of stepping."""
-        if not self.has_waiting() or self.queues.get(PRIORITY_INTERACTIVE):
+        """Seconds before a step should run (0: now): waiting work is all lower-priority and held off
+        (3. above), or fewer requests wait than the clients the last step answered are about to send
+        (``BatchForming``). The engine loop waits this long for new requests instead of stepping."""
+        if not self.has_waiting():
             return 0.0
-        return self._low_priority_hold()
+        forming = self.batch_forming.hold_seconds(self.num_waiting)
+        if self.queues.get(PRIORITY_INTERACTIVE):
+            return forming
+        return max(forming, self._low_priority_hold())
 
     def _note_scheduled(self, scheduled: list[Request]) -> None:
         if not scheduled:

@@ -17,6 +17,7 @@ import enum
 import logging
 import queue
 import threading
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -95,6 +96,8 @@ class Call:
     outputs: list[RequestOutput | None] = field(default_factory=list)
     num_remaining: int = 0
     priority: int = field(default_factory=submission_priority.get)  # the submitter's (wde.request.priority)
+    # when the caller submitted it: the engine thread may apply it a step later (queue metrics, BatchForming)
+    arrival_time: float = field(default_factory=time.monotonic)
 
     def __post_init__(self) -> None:
         self.outputs = [None] * len(self.request_ids)
@@ -322,10 +325,12 @@ class EngineThread:
         if not call.request_ids:
             call.resolve()
             return
-        # only a lowered priority is passed on: stand-in engines in tests take the three-argument form
+        # only a lowered priority is passed on: stand-in engines in tests take no priority
         priority = {"priority": call.priority} if call.priority != PRIORITY_INTERACTIVE else {}
         try:
-            engine.add_requests(call.request_ids, call.prompts, call.params, **priority)
+            engine.add_requests(
+                call.request_ids, call.prompts, call.params, arrival_time=call.arrival_time, **priority
+            )
         except Exception as e:  # validation: the call fails alone, the queue is untouched
             call.fail(e)
             return
