@@ -23,6 +23,7 @@ from dataclasses import MISSING, fields
 from typing import Any
 
 from server.memory_release import limit_malloc_arenas
+from server.openmp_spin import bound_openmp_spin
 from server.ray_serve.flags import add_ray_serve_flags
 from server.settings import ServerSettings
 from wde.engine_args import EngineArgs
@@ -208,8 +209,10 @@ def serve(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     """Exit 2 with one line for a user error found before anything loads (a flag, the model folder, the
     port); 1 when the model fails to load; 0 after a graceful drain."""
     # 1. settings and the model folders, checked before anything loads or binds (one malloc arena first,
-    #    before any thread: freed heap goes back to the system, server/memory_release.py)
+    #    before any thread: freed heap goes back to the system, server/memory_release.py; OpenMP's idle
+    #    spin bounded before torch loads: server/openmp_spin.py)
     limit_malloc_arenas()
+    bound_openmp_spin()
     settings = ServerSettings(**{name: getattr(args, name) for name in ServerSettings.field_names()})
     logging.basicConfig(
         level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
