@@ -18,9 +18,11 @@ change (``server/middleware/request_pipeline.py``).
 from __future__ import annotations
 
 import functools
+import inspect
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from pathlib import Path
+from typing import Any
 
 import anyio
 from fastapi import FastAPI
@@ -83,6 +85,17 @@ ROUTE_MODULES = (
 )
 
 
+# FastAPI (>= 0.165) traces, measures and logs every request through the process-global OpenTelemetry
+# providers when an application configured them; wde has its own spans (``--otel``, server/tracing.py, on
+# the app's own provider) and Prometheus metrics, so FastAPI's would be a second set (and its per-request
+# check of the providers costs ~4% of a cached /embed's event-loop time). Older FastAPI has no such option.
+NO_FASTAPI_TELEMETRY: dict[str, Any] = (
+    {"telemetry": {"tracing": False, "metrics": False, "logs": False}}
+    if "telemetry" in inspect.signature(FastAPI.__init__).parameters
+    else {}
+)
+
+
 def build_app(engine_args: EngineArgs | Sequence[EngineArgs], settings: ServerSettings) -> FastAPI:
     """The app over new engines for ``engine_args`` (one model, or several: ``ModelRegistry``), what
     ``wde serve`` runs and each Ray Serve replica (a picklable ``functools.partial(build_app, ...)`` builds
@@ -116,7 +129,11 @@ def create_app(
     if tracing is not None:
         models.add_engine_hook(lambda model, engine: engine.observe_calls(record_call))
     app = FastAPI(
-        title="wde", version=wde.__version__, lifespan=_lifespan, default_response_class=ORJSONResponse
+        title="wde",
+        version=wde.__version__,
+        lifespan=_lifespan,
+        default_response_class=ORJSONResponse,
+        **NO_FASTAPI_TELEMETRY,
     )
     app.state.wde = state
     batch_dir = Path(settings.batch_dir).expanduser()

@@ -22,6 +22,7 @@ from collections.abc import Sequence
 from dataclasses import MISSING, fields
 from typing import Any
 
+from server.access_log import skip_unused_record_fields
 from server.memory_release import limit_malloc_arenas
 from server.openmp_spin import bound_openmp_spin
 from server.ray_serve.flags import add_ray_serve_flags
@@ -217,6 +218,7 @@ def serve(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     logging.basicConfig(
         level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
+    skip_unused_record_fields()
     try:
         settings = settings.with_api_key_file()
         settings.verify()
