@@ -25,6 +25,7 @@ import re
 import statistics
 import subprocess
 import sys
+import time
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
@@ -35,7 +36,7 @@ import httpx
 
 from benchmarks.cpu_info import cpu_flags, cpu_model, isa_flags
 from benchmarks.dataset import load_texts, shared_data_path
-from benchmarks.server_load import drive, in_process_texts_per_s
+from benchmarks.server_load import drive
 from benchmarks.subprocess_server import free_port, serving
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -191,6 +192,14 @@ def _listening_inode(port: int) -> str:
     raise RuntimeError(f"nothing listens on 127.0.0.1:{port}")
 
 
+def encode_texts_per_s(llm: Any, texts: list[str]) -> float:
+    """``LLM.encode`` on all texts at once (after a warm-up call), texts per second."""
+    llm.encode(texts[:32])
+    start = time.perf_counter()
+    llm.encode(texts)
+    return len(texts) / (time.perf_counter() - start)
+
+
 def load_average() -> str:
     return " ".join(Path("/proc/loadavg").read_text().split()[:3])
 
@@ -215,14 +224,15 @@ def main(argv: list[str] | None = None) -> None:
     texts = load_texts(args.data)[: args.num_requests]
     import torch
 
+    from wde import LLM
+
     torch_threads = torch.get_num_threads()  # the server's default too (it sets none)
     print(f"# CPU: {cpu_model()}; ISA flags: {' '.join(isa_flags(cpu_flags()))}; {os.cpu_count()} CPUs")
     print(f"# load average at start: {load_average()}")
-    # 1. in process, before any server runs
-    texts_per_s = None
-    if not args.no_in_process:
-        texts_per_s, _ = in_process_texts_per_s(None, "float32", texts[: args.forward_requests])
-        print(f"in-process LLM.encode: {texts_per_s:,.1f} texts/s")
+    # 1. in process: an LLM in this process, measured once per repeat between the servers' rows (this
+    #    machine's speed drifts by 20% over minutes: a ratio of runs taken apart would show the drift)
+    llm = None if args.no_in_process else LLM(None, dtype="float32")
+    in_process: list[float] = []
     # 2. the servers: per tree, one default and one with the result cache
     results: dict[tuple[str, str], list[Measure]] = {}
     with ExitStack() as stack:
@@ -243,8 +253,11 @@ def main(argv: list[str] | None = None) -> None:
             if cached:  # 32 texts per request: the cache keeps each input's output
                 batches = [texts[start : start + 32] for start in range(0, len(texts), 32)]
                 asyncio.run(drive(server.url, batches, 4, "/embed", lambda batch: {"inputs": batch}))
-        # 3. interleaved: each repeat runs every row on every tree in turn
+        # 3. interleaved: each repeat runs in process, then every row on every tree in turn
         for _ in range(args.repeats):
+            if llm is not None:
+                in_process.append(encode_texts_per_s(llm, texts[: args.forward_requests]))
+                print(f"  in process: {in_process[-1]:,.1f} texts/s", file=sys.stderr, flush=True)
             for row in ROWS:
                 for tree, _root in trees:
                     server = servers[tree, row.cached]
@@ -254,6 +267,10 @@ def main(argv: list[str] | None = None) -> None:
                     results.setdefault((row.name, tree), []).append(measured)
     # 4. report
     print(f"# load average at end: {load_average()}")
+    texts_per_s = statistics.median(in_process) if in_process else None
+    if texts_per_s:
+        each = ", ".join(f"{run:,.1f}" for run in in_process)
+        print(f"in-process LLM.encode of the forward rows' texts: {texts_per_s:,.1f} texts/s (runs: {each})")
     print(
         f"# {len(texts)} one-text requests per row ({min(len(texts), args.forward_requests)} for the forward "
         f"rows) from {args.data}, concurrency {args.concurrency}, "
