@@ -31,6 +31,7 @@ from starlette.middleware.cors import CORSMiddleware
 import wde
 from server.app_state import AppState
 from server.batches.service import BatchService
+from server.direct_routes import DirectRoutes
 from server.errors import install_error_handlers
 from server.middleware.request_pipeline import RequestPipeline
 from server.model_registry import ModelRegistry
@@ -156,8 +157,16 @@ def create_app(
         wrap_gate = functools.partial(
             CORSMiddleware, allow_origins=origins, allow_methods=["*"], allow_headers=["*"]
         )
-    known_paths = {route.path for module in ROUTE_MODULES for route in module.router.routes}
-    app.add_middleware(RequestPipeline, state=state, known_paths=known_paths, wrap_gate=wrap_gate)
+    routes = [route for module in ROUTE_MODULES for route in module.router.routes]
+    known_paths = {route.path for route in routes}
+    direct_routes = DirectRoutes(app, routes)
+    app.add_middleware(
+        RequestPipeline,
+        state=state,
+        known_paths=known_paths,
+        wrap_gate=wrap_gate,
+        direct_routes=direct_routes,
+    )
     if tracing is not None:  # outermost: the request span covers every answer (imports OpenTelemetry)
         from server.middleware.tracing import TracingMiddleware
 

@@ -29,27 +29,46 @@ from pydantic import BaseModel, ValidationError
 JSON_CONTENT_TYPES = frozenset({b"application/json", b"application/json; charset=utf-8"})
 
 
+FastHandler = Callable[[Request], Coroutine[Any, Any, Response | None]]
+
+
 class JsonBodyRoute(APIRoute):
+    # the short way alone (None: the route does not qualify): the endpoint's response, or None for a body
+    # that needs FastAPI's way. ``server/direct_routes.py`` calls it from the request pipeline.
+    fast_handler: FastHandler | None = None
+
     def get_route_handler(self) -> Callable[[Request], Coroutine[Any, Any, Response]]:
         fastapi_handler = super().get_route_handler()
-        shape = _fast_shape(self)
-        if shape is None:
+        self.fast_handler = fast_handler = _fast_handler(self)
+        if fast_handler is None:
             return fastapi_handler
-        model, body_name, request_name = shape
-        endpoint = self.endpoint
 
         async def handler(request: Request) -> Response:
-            body = await request.body()  # kept by the request: FastAPI's handler reads it again if needed
-            if body and _content_type(request) in JSON_CONTENT_TYPES:
-                try:
-                    parsed = model.model_validate(orjson.loads(body))
-                except (orjson.JSONDecodeError, ValidationError):
-                    return await fastapi_handler(request)  # FastAPI's answer, word for word
-                response: Response = await endpoint(**{body_name: parsed, request_name: request})
-                return response
-            return await fastapi_handler(request)
+            response = await fast_handler(request)
+            return response if response is not None else await fastapi_handler(request)
 
         return handler
+
+
+def _fast_handler(route: APIRoute) -> FastHandler | None:
+    shape = _fast_shape(route)
+    if shape is None:
+        return None
+    model, body_name, request_name = shape
+    endpoint = route.endpoint
+
+    async def fast_handler(request: Request) -> Response | None:
+        body = await request.body()  # kept by the request: FastAPI's handler reads it again if needed
+        if not body or _content_type(request) not in JSON_CONTENT_TYPES:
+            return None
+        try:
+            parsed = model.model_validate(orjson.loads(body))
+        except (orjson.JSONDecodeError, ValidationError):
+            return None  # FastAPI's answer, word for word
+        response: Response = await endpoint(**{body_name: parsed, request_name: request})
+        return response
+
+    return fast_handler
 
 
 def _fast_shape(route: APIRoute) -> tuple[type[BaseModel], str, str] | None:

@@ -37,6 +37,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from server.access_log import MAX_ERROR_BODY_BYTES, log_access
 from server.app_state import AppState
+from server.direct_routes import DirectRoutes
 from server.errors import (
     OverloadedError,
     PayloadTooLargeError,
@@ -102,10 +103,13 @@ class RequestPipeline:
         state: AppState,
         known_paths: set[str],
         wrap_gate: Callable[[ASGIApp], ASGIApp] | None = None,
+        direct_routes: DirectRoutes | None = None,
     ) -> None:
         """``known_paths``: the route templates, for answers given before routing (401, 413, 429);
-        ``wrap_gate``: a middleware between step 1 and the rest (CORS)."""
+        ``wrap_gate``: a middleware between step 1 and the rest (CORS); ``direct_routes``: the hot JSON
+        routes answered without the app's routing layers (``server/direct_routes.py``)."""
         self.app = app
+        self.direct_routes = direct_routes
         self.state = state
         self.settings = settings = state.settings
         self.metrics = state.metrics
@@ -323,6 +327,9 @@ class RequestPipeline:
         if exchange.head:
             # A copy: the HTTP server keeps seeing HEAD in its own scope (and sends no body either).
             scope = {**scope, "method": "GET"}
+        elif self.direct_routes is not None and (found := self.direct_routes.find(scope)) is not None:
+            await self.direct_routes.serve(found, scope, receive, exchange.send_app, self.app)
+            return
         await self.app(scope, receive, exchange.send_app)
 
 
