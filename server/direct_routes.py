@@ -67,7 +67,7 @@ class DirectRoutes:
             if response is None:
                 return
         if response is None:
-            await app_way(scope, _replay(await request.body(), receive), send)
+            await app_way(scope, replayed_body(await request.body(), receive), send)
             return
         await response(scope, receive, send)
 
@@ -83,8 +83,8 @@ class DirectRoutes:
         return None
 
 
-def _replay(body: bytes, receive: Receive) -> Receive:
-    """``receive`` that hands the already read body out once more, then the client's own messages."""
+def replayed_body(body: bytes, receive: Receive) -> Receive:
+    """``receive`` that hands the already read body out (once), then ``receive``'s messages."""
     replayed = False
 
     async def receive_again() -> Message:

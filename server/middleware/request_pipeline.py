@@ -37,7 +37,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from server.access_log import MAX_ERROR_BODY_BYTES, log_access
 from server.app_state import AppState
-from server.direct_routes import DirectRoutes
+from server.direct_routes import DirectRoutes, replayed_body
 from server.errors import (
     OverloadedError,
     PayloadTooLargeError,
@@ -268,15 +268,12 @@ class RequestPipeline:
         plus ``Task.cancel`` costs a fraction of a task group's scopes on the event loop thread."""
         handler = asyncio.current_task()
         disconnected = asyncio.Event()
-        body_sent = False
 
-        async def replay_body() -> Message:
-            nonlocal body_sent
-            if not body_sent:
-                body_sent = True
-                return {"type": "http.request", "body": body, "more_body": False}
+        async def after_body() -> Message:
             await disconnected.wait()
             return {"type": "http.disconnect"}
+
+        replay_body = replayed_body(body, after_body)
 
         async def watch_disconnect() -> None:
             while (await receive())["type"] != "http.disconnect":
