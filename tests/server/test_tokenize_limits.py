@@ -40,15 +40,21 @@ def test_the_bound_is_a_positive_setting() -> None:
         ServerSettings(max_tokenize_tokens=0).verify()
 
 
-async def test_the_streamed_answer_equals_the_tokenizer_across_chunks(
-    async_engine: AsyncLLMEngine, monkeypatch: pytest.MonkeyPatch
+@pytest.mark.parametrize("way", ["streamed", "inline"])
+async def test_the_answer_equals_the_tokenizer_across_chunks(
+    way: str, async_engine: AsyncLLMEngine, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(tokenize_route, "TOKENS_PER_CHUNK", 3)  # several chunks per input
+    # streamed: every input the long way (several chunks per input); inline: short inputs, one body
+    monkeypatch.setattr(tokenize_route, "TOKENS_PER_CHUNK", 3)
+    if way == "streamed":
+        monkeypatch.setattr(tokenize_route, "MAX_INLINE_CHARS", 0)
     texts = ["Hello wörld, Debian packages are short!", "", "a b c d e f g"]
     async with asgi_client(async_engine) as (client, _):
         response = await client.post("/tokenize", json={"inputs": texts})
         plain = await client.post("/tokenize", json={"inputs": texts, "add_special_tokens": False})
     assert response.status_code == 200 and response.headers["content-type"] == "application/json"
+    # a streamed answer has no length up front; the inline one is one body
+    assert ("content-length" in response.headers) == (way == "inline")
     tokenizer = async_engine.info.tokenizer
     for answer, special in ((response.json(), True), (plain.json(), False)):
         assert len(answer) == len(texts)
@@ -63,3 +69,19 @@ async def test_the_streamed_answer_equals_the_tokenizer_across_chunks(
                 )
             ]
             assert tokens == expected
+
+
+async def test_inline_and_streamed_answers_are_the_same_bytes(
+    async_engine: AsyncLLMEngine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    texts = ["Hello wörld, Debian packages are short!", "", "\u00e9t\u00e9 \U0001f600 tabs\tand  spaces"]
+    answers = []
+    for max_inline in (tokenize_route.MAX_INLINE_CHARS, 0):
+        monkeypatch.setattr(tokenize_route, "MAX_INLINE_CHARS", max_inline)
+        async with asgi_client(async_engine) as (client, _):
+            for special in (True, False):
+                response = await client.post(
+                    "/tokenize", json={"inputs": texts, "add_special_tokens": special}
+                )
+                answers.append((response.status_code, response.content))
+    assert answers[:2] == answers[2:]
