@@ -26,6 +26,7 @@ from wde.config import (
     ModelConfig,
     SchedulerConfig,
 )
+from wde.engine.batch_forming import MAX_WAIT_FRACTION
 from wde.flag_field import flag
 
 logger = logging.getLogger(__name__)
@@ -78,9 +79,9 @@ class EngineArgs:
     )
     max_batch_wait_ms: float = flag(
         DEFAULT_MAX_BATCH_WAIT_MS,
-        help="before a step, wait up to this long (and at most 0.3x the last step's duration) for the "
-        "clients the last step answered, so that their next requests join one batch instead of "
-        "alternating half batches (0: off; the in-process LLM never waits)",
+        help=f"before a step, wait up to this long (and at most {MAX_WAIT_FRACTION:g}x the last step's "
+        "duration) for the clients the last step answered, so that their next requests join one batch "
+        "instead of alternating half batches (0: off; the in-process LLM never waits)",
     )
     attention_backend: str = flag(
         "auto",

@@ -86,6 +86,11 @@ def test_serve_refuses_a_bad_model_before_loading(capsys: pytest.CaptureFixture[
     assert "config.json" in err and err.startswith("wde serve: error: ") and err.count("\n") == 1
 
 
+def test_serve_refuses_a_negative_batch_wait_naming_the_flag(capsys: pytest.CaptureFixture[str]) -> None:
+    assert cli.main(["serve", "--max-batch-wait-ms", "-1"]) == 2
+    assert "max_batch_wait_ms (-1) must be >= 0" in capsys.readouterr().err
+
+
 def test_serve_refuses_models_that_cannot_fit_together(
     capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
