@@ -127,12 +127,7 @@ def inline_body(
     encodings = encode_within(tokenizer, texts, add_special_tokens, max_tokens)
     return orjson.dumps(
         [
-            [
-                _simple_token(tokenizer, text, token_id, offset, special)
-                for token_id, offset, special in zip(
-                    encoding.ids, encoding.offsets, encoding.special_tokens_mask, strict=True
-                )
-            ]
+            _simple_tokens(tokenizer, text, _columns(encoding), 0, len(encoding))
             for text, encoding in zip(texts, encodings, strict=True)
         ]
     )
@@ -161,14 +156,27 @@ def _text_chunks(
 ) -> Iterator[bytes]:
     """One text's tokens as JSON (without the brackets), a chunk at a time, each built under
     ``_BUILD_LOCK`` (building holds the GIL: one builder at a time leaves the event loop its turns)."""
-    ids, offsets, special = encoding.ids, encoding.offsets, encoding.special_tokens_mask
-    for start in range(0, len(ids), TOKENS_PER_CHUNK):
-        stop = min(start + TOKENS_PER_CHUNK, len(ids))
+    columns = _columns(encoding)  # read once: each property builds a new list of every token
+    for start in range(0, len(encoding), TOKENS_PER_CHUNK):
+        stop = min(start + TOKENS_PER_CHUNK, len(encoding))
         with _BUILD_LOCK:
-            chunk = orjson.dumps(
-                [_simple_token(tokenizer, text, ids[i], offsets[i], special[i]) for i in range(start, stop)]
-            )
+            chunk = orjson.dumps(_simple_tokens(tokenizer, text, columns, start, stop))
         yield (b"," if start else b"") + chunk[1:-1]
+
+
+Columns = tuple[list[int], list[tuple[int, int]], list[int]]  # ids, offsets, special-tokens mask
+
+
+def _columns(encoding: tokenizers.Encoding) -> Columns:
+    return encoding.ids, encoding.offsets, encoding.special_tokens_mask
+
+
+def _simple_tokens(
+    tokenizer: tokenizers.Tokenizer, text: str, columns: Columns, start: int, stop: int
+) -> list[dict[str, Any]]:
+    """The answer's dicts of tokens ``start`` to ``stop``."""
+    ids, offsets, special = columns
+    return [_simple_token(tokenizer, text, ids[i], offsets[i], special[i]) for i in range(start, stop)]
 
 
 def _simple_token(
