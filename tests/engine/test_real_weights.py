@@ -12,6 +12,7 @@ pytestmark = pytest.mark.slow  # real weights on real data: tens of seconds
 MIN_COSINE = 0.99999
 MAX_ABS_DIFF = 1e-5
 NUM_DOCS = 1000
+NUM_SINGLES = 250  # one request each: the slow way, on the first documents
 
 
 def cosines(a: np.ndarray, b: np.ndarray) -> np.ndarray:
@@ -44,9 +45,9 @@ def test_matches_sentence_transformers(batched: np.ndarray, reference: np.ndarra
 
 
 def test_one_at_a_time_equals_batched(default_llm, docs: list[str], batched: np.ndarray) -> None:
-    singles = np.stack([default_llm.encode(doc)[0].embedding for doc in docs])
-    assert cosines(singles, batched).min() >= MIN_COSINE
-    assert np.abs(singles - batched).max() <= MAX_ABS_DIFF
+    singles = np.stack([default_llm.encode(doc)[0].embedding for doc in docs[:NUM_SINGLES]])
+    assert cosines(singles, batched[:NUM_SINGLES]).min() >= MIN_COSINE
+    assert np.abs(singles - batched[:NUM_SINGLES]).max() <= MAX_ABS_DIFF
 
 
 def test_num_tokens_are_truncated_to_max_seq_length(default_llm, docs: list[str]) -> None:

@@ -13,7 +13,7 @@ from tests.shared_data import read_rerank
 
 pytestmark = pytest.mark.slow  # real weights on real data: tens of seconds
 
-NUM_QUERIES = 30
+NUM_QUERIES = 12
 
 
 def test_cosine_rerank_equals_sentence_transformers_ranking(default_llm, default_model_path: str) -> None:

@@ -1,5 +1,5 @@
 """A real ``wde serve`` killed mid-batch and started again over the same --batch-dir loses nothing: the
-official openai SDK uploads 2,000 lines of real text (../shared/data/docs.jsonl), creates the batch, the
+official openai SDK uploads 600 lines of real text (../shared/data/docs.jsonl), creates the batch, the
 server is killed (SIGKILL) once some lines are answered, the next server resumes the batch without running
 those lines again, and the output's embeddings equal the answers of /v1/embeddings."""
 
@@ -19,10 +19,10 @@ from tests.server.serve_process import serve_process
 from tests.server.test_batch_api import FINISHED, embedding_line, jsonl, records
 from tests.shared_data import read_texts
 
-pytestmark = pytest.mark.slow  # two real servers, 2,000 documents embedded twice: about a minute
+pytestmark = pytest.mark.slow  # two real servers, 600 documents embedded twice: about half a minute
 
-NUM_LINES = 2000
-MIN_ANSWERED_BEFORE_KILL = 200
+NUM_LINES = 600
+MIN_ANSWERED_BEFORE_KILL = 100
 TIMEOUT = 600.0
 
 
