@@ -110,3 +110,16 @@ def test_only_post_routes_with_a_short_way_are_direct() -> None:
 
     direct = DirectRoutes(app, router.routes)
     assert set(direct.by_path) == {"/embed"}
+
+
+async def test_under_a_ray_serve_route_prefix_the_hot_route_is_still_direct() -> None:
+    """Serve hands the replica ``/<prefix>/embed`` with ``root_path`` ``/<prefix>``; the replica's outermost
+    StripRoutePrefixMiddleware gives the pipeline ``/embed``, so the short way is taken there too."""
+    replica = pytest.importorskip("server.ray_serve.replica", reason="ray is not installed")
+    app, router = _app()
+    pipeline = Pipeline(app, DirectRoutes(app, router.routes))
+    transport = httpx.ASGITransport(app=replica.StripRoutePrefixMiddleware(pipeline), root_path="/minilm")
+    async with httpx.AsyncClient(transport=transport, base_url="http://wde.test") as client:
+        response = await client.post("/minilm/embed", json={"inputs": "a"})
+    assert response.status_code == 200 and response.json()["route"] == "/embed"
+    assert pipeline.num_direct == 1
