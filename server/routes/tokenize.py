@@ -99,10 +99,15 @@ def check_num_chars(texts: Sequence[str], max_chars: int) -> None:
 
 
 def encode_within(
-    tokenizer: tokenizers.Tokenizer, texts: list[str], add_special_tokens: bool, max_tokens: int
+    tokenizer: tokenizers.Tokenizer,
+    texts: list[str],
+    add_special_tokens: bool,
+    max_tokens: int,
+    trim_on_refusal: bool = True,
 ) -> list[tokenizers.Encoding]:
     """The encodings of ``texts``, one text at a time so that a request past ``max_tokens`` (the inputs
-    together) stops at the first text that crosses it, holding at most that text's encoding."""
+    together) stops at the first text that crosses it, holding at most that text's encoding.
+    ``trim_on_refusal``: hand the freed heap back before raising (it walks the heap: off the event loop)."""
     encodings: list[tokenizers.Encoding] = []
     num_tokens = 0
     for position, text in enumerate(texts):
@@ -111,7 +116,8 @@ def encode_within(
         num_tokens += len(encoding)
         if num_tokens > max_tokens:
             del encoding, encodings  # not kept alive by the traceback's frame
-            release_freed_memory()
+            if trim_on_refusal:
+                release_freed_memory()
             raise ValueError(
                 f"inputs: {num_tokens} tokens by inputs[{position}], more than --max-tokenize-tokens "
                 f"({max_tokens}) for one /tokenize request; split the request or raise the flag"
@@ -123,8 +129,9 @@ def encode_within(
 def inline_body(
     tokenizer: tokenizers.Tokenizer, texts: list[str], add_special_tokens: bool, max_tokens: int
 ) -> bytes:
-    """The whole answer for short inputs, the same bytes ``json_chunks`` streams."""
-    encodings = encode_within(tokenizer, texts, add_special_tokens, max_tokens)
+    """The whole answer for short inputs, the same bytes ``json_chunks`` streams. Runs on the event loop, so
+    a refusal does not trim the heap: encodings of at most MAX_INLINE_CHARS characters are a few KiB."""
+    encodings = encode_within(tokenizer, texts, add_special_tokens, max_tokens, trim_on_refusal=False)
     return orjson.dumps(
         [
             _simple_tokens(tokenizer, text, _columns(encoding), 0, len(encoding))

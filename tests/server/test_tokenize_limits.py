@@ -4,6 +4,8 @@ answer streamed a slice at a time that equals the per-token answer of the tokeni
 
 from __future__ import annotations
 
+from threading import current_thread, main_thread
+
 import pytest
 
 import server.routes.tokenize as tokenize_route
@@ -23,15 +25,23 @@ async def test_a_text_over_the_character_limit_is_422(async_engine: AsyncLLMEngi
     assert message.startswith("inputs[1]:") and f"limit of {MAX_INPUT_CHARS}" in message
 
 
-async def test_tokens_past_the_request_bound_are_422(async_engine: AsyncLLMEngine) -> None:
+async def test_tokens_past_the_request_bound_are_422(
+    async_engine: AsyncLLMEngine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    trims: list[str] = []  # the heap walks, by the thread that ran them
+    monkeypatch.setattr(tokenize_route, "release_freed_memory", lambda: trims.append(current_thread().name))
     async with asgi_client(async_engine, max_tokenize_tokens=12) as (client, _):
         fits = await client.post("/tokenize", json={"inputs": ["hello world"] * 3})  # 4 tokens each
         over = await client.post("/tokenize", json={"inputs": ["hello world"] * 4})
         one_text = await client.post("/tokenize", json={"inputs": "word " * 20, "add_special_tokens": False})
+        assert trims == []  # short inputs are refused on the event loop: no heap walk there
+        long_text = await client.post("/tokenize", json={"inputs": "word " * 500})  # past MAX_INLINE_CHARS
     assert fits.status_code == 200 and len(fits.json()) == 3
     assert over.status_code == 422, over.text
     assert "--max-tokenize-tokens (12)" in over.json()["error"] and "inputs[3]" in over.json()["error"]
     assert one_text.status_code == 422
+    assert long_text.status_code == 422 and "--max-tokenize-tokens (12)" in long_text.json()["error"]
+    assert len(trims) == 1 and trims[0] != main_thread().name  # the long one's, in the threadpool
 
 
 def test_the_bound_is_a_positive_setting() -> None:
