@@ -108,6 +108,7 @@ def build_app(engine_args: EngineArgs | Sequence[EngineArgs], settings: ServerSe
         settings.max_loaded_models,
         strict_names=settings.strict_model_name,
         swap_timing=SwapTiming.of(settings),
+        freeze_heap=True,  # a server process: server/heap_freeze.py
     )
     return create_app(models, settings)
 

@@ -85,6 +85,7 @@ def serve(
             settings.max_loaded_models,
             strict_names=settings.strict_model_name,
             swap_timing=SwapTiming.of(settings),
+            freeze_heap=True,  # this process serves, and only serves: server/heap_freeze.py
         )
     except ValueError as e:
         raise StartupError(str(e)) from e

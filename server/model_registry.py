@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import time
 from collections import deque
@@ -28,10 +29,12 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 
 from server.errors import ModelNotFoundError
+from server.heap_freeze import frozen_after, thaw_heap
 from server.model_memory import check_models_fit
 from server.reached_model import note_reached_model
 from server.swap_policy import SwapPlan, SwapTiming, plan_swap
 from wde.config import EngineConfig, ModelConfig
+from wde.engine.llm_engine import LLMEngine
 from wde.engine_args import EngineArgs
 from wde.entrypoints.async_llm_engine import AsyncLLMEngine
 from wde.entrypoints.engine_thread import EngineUnavailableError
@@ -105,7 +108,10 @@ class ModelRegistry:
         strict_names: bool = False,
         swap_timing: SwapTiming | None = None,
         clock: Callable[[], float] = time.monotonic,
+        freeze_heap: bool = False,
     ) -> None:
+        """``freeze_heap``: each engine this registry makes freezes the heap once loaded; the heap is thawed
+        once an engine is unloaded and at shutdown (``server/heap_freeze.py``; server processes only)."""
         if not models:
             raise ValueError("no model to serve; name one (wde serve MODEL) or leave it out for the default")
         if max_loaded_models is not None and max_loaded_models < 1:
@@ -122,6 +128,7 @@ class ModelRegistry:
         self.strict_names = strict_names
         self.swap_timing = swap_timing or SwapTiming()
         self.clock = clock  # monotonic seconds: the queue's arrival times, loads, residencies
+        self.freeze_heap = freeze_heap
         self._engine_hooks: list[EngineHook] = []
         self._swap_task: asyncio.Task[None] | None = None  # the one swap (unload, load) under way
         self._changed = asyncio.Event()  # set (and replaced) when a swap may have become due or done
@@ -134,11 +141,14 @@ class ModelRegistry:
         strict_names: bool = False,
         available_bytes: int | None = None,
         swap_timing: SwapTiming | None = None,
+        freeze_heap: bool = False,
     ) -> ModelRegistry:
         """The models, their configurations read (names, tasks; raises ValueError for a bad folder or
         flag) and, with several, checked to fit in memory together (``model_memory``)."""
         served = [(args, args.create_engine_config()) for args in engine_args]
-        return cls.from_configs(served, max_loaded_models, strict_names, available_bytes, swap_timing)
+        return cls.from_configs(
+            served, max_loaded_models, strict_names, available_bytes, swap_timing, freeze_heap
+        )
 
     @classmethod
     def from_configs(
@@ -148,6 +158,7 @@ class ModelRegistry:
         strict_names: bool = False,
         available_bytes: int | None = None,
         swap_timing: SwapTiming | None = None,
+        freeze_heap: bool = False,
     ) -> ModelRegistry:
         """The models of configurations already built (``wde serve`` builds each once): each engine is
         made from its model's config; with several, checked to fit in memory together."""
@@ -158,7 +169,13 @@ class ModelRegistry:
                 max_loaded_models or len(models),
                 available_bytes,
             )
-        return cls(models, max_loaded_models, strict_names=strict_names, swap_timing=swap_timing)
+        return cls(
+            models,
+            max_loaded_models,
+            strict_names=strict_names,
+            swap_timing=swap_timing,
+            freeze_heap=freeze_heap,
+        )
 
     @classmethod
     def of_engine(cls, engine: AsyncLLMEngine, strict_names: bool = False) -> ModelRegistry:
@@ -297,6 +314,8 @@ class ModelRegistry:
         """Drain and stop every loaded engine (blocking: call from a worker thread)."""
         for model in self.loaded():
             model.loaded_engine.shutdown()
+        if self.freeze_heap:
+            thaw_heap()  # the stopped engines' cycles collectable (a process that goes on: in-process serve)
 
     async def _unload(self, victim: ServedModel, model: ServedModel, reason: str) -> None:
         """Stop ``victim`` taking requests (``_start_due_swap`` set ``evicting``), let the ones it holds
@@ -311,6 +330,8 @@ class ModelRegistry:
             engine, victim.engine = victim.engine, None
             if engine is not None:
                 await self._stop_engine(engine)
+                if self.freeze_heap:
+                    thaw_heap()  # its cycles collectable again; the next load collects and freezes
             logger.info(
                 "unloaded %s (%s) to load %s in %.2f s: its %d requests in flight finished in %.2f s "
                 "(--max-loaded-models %d; %d requests queued for %s, %d for %s)",
@@ -363,7 +384,12 @@ class ModelRegistry:
         if self.make_engine is not None:
             engine = self.make_engine(model.engine_args)
         else:  # the config read at start-up, not built again
-            engine = AsyncLLMEngine(model.engine_args, engine_config=model.config)
+            build = (
+                functools.partial(LLMEngine.from_engine_config, model.config)
+                if model.config is not None
+                else functools.partial(LLMEngine.from_engine_args, model.engine_args)
+            )
+            engine = AsyncLLMEngine(model.engine_args, frozen_after(build) if self.freeze_heap else build)
         for hook in self._engine_hooks:
             hook(model, engine)
         return engine
