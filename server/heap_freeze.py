@@ -1,9 +1,9 @@
 """Keep a loaded server's heap out of Python's full garbage collections.
 
 A loaded ``wde serve`` holds about 330,000 objects the cyclic garbage collector tracks (torch, transformers,
-FastAPI, the model's modules), none of which becomes garbage while the model is loaded. Each full (oldest
-generation) collection walks all of them: 120-200 ms with the GIL held, on whichever thread allocated last,
-usually the event loop. Under load that came every ~3,000 requests: a 200 ms stall of every request in
+FastAPI, the model's modules), almost none of which becomes garbage while the model is loaded. Each full
+(oldest generation) collection walks all of them: 120-200 ms with the GIL held, on whichever thread allocated
+last, usually the event loop. Under load that came every ~3,000 requests: a 200 ms stall of every request in
 flight, and ~0.09 CPU-ms per request, a fifth of the event loop's work (2 cores, bundled MiniLM, one short
 query per request at concurrency 32; docs/benchmarks.md).
 
@@ -11,9 +11,9 @@ So once a model is loaded, ``freeze_heap`` collects what loading left behind and
 then into the permanent generation (``gc.freeze``), which collections skip; what requests allocate is
 collected as before. After a model is unloaded (a swap) and when the server stops, ``thaw_heap`` puts
 them back (``gc.unfreeze``), so that the unloaded model's reference cycles are collected; the next load
-freezes again. vLLM's engine
-does the same after start-up. Only server processes freeze (``wde serve`` and its Ray Serve replicas): the
-in-process ``LLM`` leaves its host's collector alone.
+freezes again (its collection, ~200 ms with the GIL held, is paid once per load). vLLM's engine core and API
+server freeze their start-up heap the same way. Only server processes freeze (``wde serve`` and its Ray
+Serve replicas): the in-process ``LLM`` leaves its host's collector alone.
 """
 
 from __future__ import annotations
