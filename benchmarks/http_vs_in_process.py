@@ -13,16 +13,24 @@ two long runs; the median and quartiles of the pairs' ratios are printed. ``--ba
 worktree of that ref too: each pair then runs three ways (in process, that tree, the current one).
 
 The load generator shares the machine with the server (on 2 cores its CPU competes with the server's),
-as it does with every figure of the issue.
+as it does with every figure of the issue. The Python one (aiohttp) spends ~0.2 CPU-ms per request, and on
+a closed loop its answer-to-next-request work sits between two forward passes. ``--wrk`` adds, in every
+pair, the same slice sent by wrk (C, one thread, 32 connections; ``apt install wrk``): the server's share
+alone, as with clients on other machines.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import os
+import re
+import shutil
 import statistics
+import subprocess
 import sys
+import tempfile
 import time
 from contextlib import ExitStack
 from pathlib import Path
@@ -31,6 +39,36 @@ from benchmarks.cpu_info import cpu_flags, cpu_model, isa_flags
 from benchmarks.dataset import load_texts, shared_data_path
 from benchmarks.request_cost import REPO_ROOT, baseline_tree, load_average, started
 from benchmarks.server_load import drive
+
+# wrk's request generator: the slice's bodies in turn, one text per POST /embed (WRK_BODIES: one per line)
+WRK_SCRIPT = """
+local bodies = {}
+for line in io.lines(os.getenv("WRK_BODIES")) do bodies[#bodies + 1] = line end
+local next_body = 0
+request = function()
+  next_body = next_body % #bodies + 1
+  return wrk.format("POST", "/embed", {["Content-Type"] = "application/json"}, bodies[next_body])
+end
+"""
+WRK_SECONDS = 2
+WRK_RATE = re.compile(r"^Requests/sec:\s+(\S+)$", re.MULTILINE)
+
+
+def wrk_requests_per_s(url: str, piece: list[str], concurrency: int, folder: Path) -> float:
+    """wrk sending ``piece`` in turn for WRK_SECONDS seconds (every answer must be a 2xx)."""
+    bodies, script = folder / "bodies.txt", folder / "bodies.lua"
+    bodies.write_text("".join(json.dumps({"inputs": text}) + "\n" for text in piece), encoding="utf-8")
+    script.write_text(WRK_SCRIPT, encoding="utf-8")
+    command = ["wrk", "-t1", f"-c{concurrency}", f"-d{WRK_SECONDS}s", "-s", str(script), url]
+    out = subprocess.run(
+        command, capture_output=True, text=True, check=True, env={**os.environ, "WRK_BODIES": str(bodies)}
+    ).stdout
+    if "Non-2xx" in out or "Socket errors" in out:
+        raise RuntimeError(f"wrk saw failed requests:\n{out}")
+    found = WRK_RATE.search(out)
+    if found is None:
+        raise RuntimeError(f"no Requests/sec in wrk's output:\n{out}")
+    return float(found.group(1))
 
 
 def quartiles(values: list[float]) -> tuple[float, float, float]:
@@ -49,7 +87,14 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--slice", type=int, default=500, help="texts per slice")
     parser.add_argument("--concurrency", type=int, default=32)
     parser.add_argument("--baseline-ref", default=None, help="git ref served beside the current tree")
+    parser.add_argument(
+        "--wrk",
+        action="store_true",
+        help="also send each slice to the current tree with wrk (C load generator)",
+    )
     args = parser.parse_args(argv)
+    if args.wrk and shutil.which("wrk") is None:
+        parser.error("--wrk needs wrk on PATH (apt install wrk)")
     if not Path(args.data).exists():
         print(f"skipped: {args.data} is missing (short queries, one JSON object with 'text' per line)")
         return
@@ -67,6 +112,7 @@ def main(argv: list[str] | None = None) -> None:
         if args.baseline_ref:
             trees.insert(0, (args.baseline_ref, stack.enter_context(baseline_tree(args.baseline_ref))))
         urls = {tree: stack.enter_context(started(tree, root, [])).url for tree, root in trees}
+        folder = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="wde-wrk-")))
         llm.encode(texts[: args.slice])
         for url in urls.values():
             asyncio.run(drive(url, texts[: args.slice], args.concurrency, "/embed", body))
@@ -80,16 +126,20 @@ def main(argv: list[str] | None = None) -> None:
         for pair in range(args.pairs):
             start = (pair * args.slice) % max(1, len(texts) - args.slice)
             piece = texts[start : start + args.slice]
-            ways = [("in process", None), *urls.items()]
+            ways: list[tuple[str, str | None]] = [("in process", None), *urls.items()]
+            if args.wrk:
+                ways.append(("current, wrk", urls["current"]))
             rates: dict[str, float] = {}
-            for name, url in ways if pair % 2 == 0 else reversed(ways):
-                if url is None:
+            for name, target in ways if pair % 2 == 0 else reversed(ways):
+                if target is None:
                     rates[name] = in_process(piece)
+                elif name.endswith(", wrk"):
+                    rates[name] = wrk_requests_per_s(target, piece, args.concurrency, folder)
                 else:
-                    result = asyncio.run(drive(url, piece, args.concurrency, "/embed", body))
+                    result = asyncio.run(drive(target, piece, args.concurrency, "/embed", body))
                     rates[name] = result.requests_per_s
-            for tree in urls:
-                ratios.setdefault(tree, []).append(rates[tree] / rates["in process"])
+            for name, _ in ways[1:]:
+                ratios.setdefault(name, []).append(rates[name] / rates["in process"])
             shown = ", ".join(f"{name} {rate:,.1f}/s" for name, rate in rates.items())
             print(f"  pair {pair + 1}: {shown}", file=sys.stderr, flush=True)
     # 3. report
@@ -98,7 +148,7 @@ def main(argv: list[str] | None = None) -> None:
         f"# {args.pairs} pairs of {args.slice} texts from {args.data}: LLM.encode of the slice vs one text "
         f"per /embed request at concurrency {args.concurrency}, float32, back to back in alternating order"
     )
-    print("| tree | HTTP / in process: median | quartiles | pairs >= 80% |")
+    print("| tree (load generator aiohttp, unless named) | HTTP / in process: median | quartiles | >= 80% |")
     print("|---|---|---|---|")
     for tree, values in ratios.items():
         low, median, high = quartiles(values)
