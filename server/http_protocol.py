@@ -93,6 +93,14 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
         if not self.refused:
             super().on_message_complete()
 
+    def on_response_complete(self) -> None:
+        # a complete answer (head and body, joined) leaves now, not at the end of the loop iteration: when a
+        # batch's ~30 answers are built in one iteration, the first client has its answer (and can send its
+        # next request) before the last answer is built, 3-4 ms sooner (docs/benchmarks.md)
+        if isinstance(self.transport, CoalescingTransport):
+            self.transport.flush()
+        super().on_response_complete()
+
     # 3. the answer, written here: no request reached the application
     def _start_header_timer(self) -> None:
         self.header_timer = self.loop.call_later(self.header_read_timeout, self._header_timeout)

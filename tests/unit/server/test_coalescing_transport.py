@@ -1,12 +1,17 @@
 """CoalescingTransport: the writes of one event loop iteration reach the socket as one, in order; a large
 write goes through at once (pending bytes first); close and write_eof send what is pending; nothing is
-written to a closing connection."""
+written to a closing connection; the server's protocol sends a complete answer at once."""
 
 from __future__ import annotations
 
 import asyncio
+from typing import Any
+
+from uvicorn.config import Config
+from uvicorn.server import ServerState
 
 from server.coalescing_transport import MAX_JOINED_BYTES, CoalescingTransport
+from server.http_protocol import guarded_protocol_class
 
 
 class RecordingTransport:
@@ -88,3 +93,42 @@ def test_write_eof_flushes_and_a_closed_connection_gets_nothing() -> None:
     first, second = asyncio.run(main())
     assert first.writes == [b"answer"] and first.eof
     assert second.writes == []
+
+
+class ConnectionSocket(RecordingTransport):
+    """What uvicorn's protocol asks of a connection's transport besides the writes."""
+
+    def get_extra_info(self, name: str, default: object = None) -> object:  # type: ignore[override]
+        return {"sockname": ("127.0.0.1", 8000), "peername": ("127.0.0.1", 5000)}.get(name, default)
+
+    def pause_reading(self) -> None:
+        pass
+
+    def resume_reading(self) -> None:
+        pass
+
+
+def test_a_complete_answer_leaves_at_once_head_and_body_joined() -> None:
+    """The server's protocol flushes when an answer is complete: when a batch's answers are built in one
+    iteration, each leaves as it is done, not all at the iteration's end."""
+    socket = ConnectionSocket()
+    on_the_wire_when_sent: list[list[bytes]] = []
+
+    async def app(scope: dict, receive: Any, send: Any) -> None:
+        await receive()
+        await send({"type": "http.response.start", "status": 200, "headers": [(b"content-length", b"5")]})
+        await send({"type": "http.response.body", "body": b"[1.0]"})
+        on_the_wire_when_sent.append(list(socket.writes))
+
+    async def main() -> None:
+        config = Config(app=app, log_level="warning", lifespan="off", http="httptools", proxy_headers=False)
+        protocol = guarded_protocol_class(10.0, 65536)(config, ServerState(), {}, asyncio.get_running_loop())
+        protocol.connection_made(socket)  # type: ignore[arg-type]
+        protocol.data_received(b"POST /embed HTTP/1.1\r\nHost: wde\r\nContent-Length: 0\r\n\r\n")
+        for _ in range(5):
+            await asyncio.sleep(0)
+
+    asyncio.run(main())
+    answer = b"HTTP/1.1 200 OK\r\ncontent-length: 5\r\n\r\n[1.0]"
+    assert on_the_wire_when_sent == [[answer]]  # one write, there before the app's send returned
+    assert socket.writes == [answer]
