@@ -47,6 +47,9 @@ class ServerMetrics:
             buckets=LATENCY_BUCKETS,
             registry=registry,
         )
+        # each label set's two children, looked up once (the label values are bounded: served names, route
+        # templates, the methods the HTTP parser accepts, statuses); prometheus-client keeps them anyway
+        self._http_children: dict[tuple[str, str, str, str], tuple[Counter, Histogram]] = {}
         in_flight = Gauge("wde_http_requests_in_flight", "HTTP requests admitted", registry=registry)
         in_flight.set_function(num_in_flight)
         # 2. engine queues and the models (read when scraped)
@@ -116,8 +119,15 @@ class ServerMetrics:
     # ---- RequestPipeline ------------------------------------------------------------------------
     def observe_http(self, model: str, route: str, method: str, status: str, seconds: float) -> None:
         """``model``: the served name the request reached, "" when it reached none (probes, refusals)."""
-        self.http_requests.labels(model, route, method, status).inc()
-        self.http_seconds.labels(model, route, status).observe(seconds)
+        key = (model, route, method, status)
+        children = self._http_children.get(key)
+        if children is None:  # labels() validates and locks: ~6 us a request on the event loop, once here
+            children = self._http_children[key] = (
+                self.http_requests.labels(model, route, method, status),
+                self.http_seconds.labels(model, route, status),
+            )
+        children[0].inc()
+        children[1].observe(seconds)
 
     def listener(self, model: str) -> ModelStatsListener:
         """The stats listener of the engine serving ``model`` (one per name: add and remove it alike)."""

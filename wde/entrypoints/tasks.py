@@ -146,7 +146,7 @@ def encode(
     check_output(model_config, params.output)
     precision = params.precision or "float32"
     (calibration or Calibration(None)).check(precision)
-    float_params = dataclasses.replace(params, precision=None)  # the engine (and its cache) run floats
+    float_params = _with(params, precision=None)  # the engine (and its cache) run floats
     outputs: list[
         EmbeddingOutput | SparseEmbeddingOutput | MultiVectorOutput | CombinedEmbeddingOutput
     ] = yield from embed(model_config, as_prompt_list(prompts), float_params, chunker)
@@ -169,6 +169,14 @@ def encode(
     return outputs
 
 
+def _with(params: PoolingParams, **changes: Any) -> PoolingParams:
+    """``params`` with ``changes``; the same object when they change nothing (``dataclasses.replace`` runs
+    the whole ``__init__`` and ``__post_init__``: two per request on the server's hot path)."""
+    if all(getattr(params, name) == value for name, value in changes.items()):
+        return params
+    return dataclasses.replace(params, **changes)
+
+
 def _dense(outputs: Sequence[RequestOutput], precision: str) -> list[EmbeddingOutput]:
     """The outputs a precision applies to: dense vectors only (PoolingParams.verify refuses it for other
     kinds before anything runs)."""
@@ -185,9 +193,7 @@ def embed(
     asks (windows: dense output only, aggregated per text; token-id inputs run as given)."""
     mode = long_input_mode(params, model_config)
     if mode != "chunk":
-        outputs = yield Submit(
-            prompts, dataclasses.replace(params, truncate=mode == "truncate", long_input=None)
-        )
+        outputs = yield Submit(prompts, _with(params, truncate=mode == "truncate", long_input=None))
         return outputs
     _check_chunkable(model_config, prompts, params, chunker)
     assert chunker is not None  # _check_chunkable
@@ -263,7 +269,7 @@ def score(
         return (yield from _score_windows(model_config, pairs, params, chunker))
     if model_config.task == "score":
         outputs: list[ScoreOutput] = yield Submit(
-            pairs, dataclasses.replace(params, truncate=mode == "truncate", long_input=None)
+            pairs, _with(params, truncate=mode == "truncate", long_input=None)
         )
         return outputs
     params.verify(model_config)
@@ -272,7 +278,7 @@ def score(
             f"long_input='chunk' scores with dense embeddings or a cross-encoder; this model "
             f"({model_config.architecture}) scores {model_config.outputs[0]} output: pass truncate or error"
         )
-    params = dataclasses.replace(params, truncate=None if mode == "chunk" else mode == "truncate")
+    params = _with(params, truncate=None if mode == "chunk" else mode == "truncate")
     request_ids = [str(index) for index in range(len(pairs))]
     if model_config.outputs[0] == "multi_vector" and model_config.multi_vector is not None:  # MaxSim
         late = MaxSimPlan.from_pairs(pairs)
