@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import functools
+import os
 import statistics
 import sys
 import tempfile
@@ -40,6 +41,7 @@ from benchmarks.flops import encoder_flops, matmul_peak_gflops
 from benchmarks.interleave import InProcessSystem, System, time_interleaved
 from benchmarks.quality import Quality, RerankSet, quality, quality_cells, rerank_set
 from benchmarks.rerank_quality import load_records
+from wde.layers.packed_linear import FLOAT_GEMMS, GEMM_ENV
 
 QUANTIZATIONS = ("none", "int8")
 
@@ -130,6 +132,14 @@ def build_parser() -> argparse.ArgumentParser:
         "--attention-backend varlen_cpu --attention-backend torch_sdpa; the last lines then give the min "
         "cosine between the first wde row and each other",
     )
+    parser.add_argument(
+        "--float-gemm",
+        action="append",
+        default=None,
+        choices=["auto", *FLOAT_GEMMS],
+        help="one wde row per value (repeatable, times each quantization and backend; default: auto, the "
+        "load-time measurement): the float32 block linears' GEMM, as WDE_FLOAT_GEMM forces it",
+    )
     parser.add_argument("--max-num-batched-tokens", type=int, default=None)
     parser.add_argument("--compile", action="store_true", help="torch.compile wde's MLP blocks")
     parser.add_argument(
@@ -163,6 +173,7 @@ def check_args(parser: argparse.ArgumentParser, args: argparse.Namespace) -> Non
     wde row on a wde without the quantization argument, an ONNX int8 peer on a CPU no config fits."""
     args.quantization = list(dict.fromkeys(args.quantization or ["none"]))
     args.attention_backend = list(dict.fromkeys(args.attention_backend or ["auto"]))
+    args.float_gemm = list(dict.fromkeys(args.float_gemm or ["auto"]))
     args.peer = list(dict.fromkeys(args.peer))
     if missing_peers := peers.missing(args.peer):
         parser.error("\n".join(missing_peers))
@@ -187,26 +198,43 @@ def wde_has_quantization() -> bool:
     return "quantization" in EngineArgs.field_names()
 
 
-def build_llm(model_path: str, args: argparse.Namespace, quantization: str, attention_backend: str) -> Any:
-    """wde's LLM for one --quantization and --attention-backend value; quantization is passed only when not
-    none, so that a wde without it still runs the none row."""
+def build_llm(
+    model_path: str,
+    args: argparse.Namespace,
+    quantization: str,
+    attention_backend: str,
+    float_gemm: str = "auto",
+) -> Any:
+    """wde's LLM for one --quantization, --attention-backend and --float-gemm value; quantization is passed
+    only when not none, so that a wde without it still runs the none row."""
     from wde import LLM
 
     extra = {} if quantization == "none" else {"quantization": quantization}
-    return LLM(
-        model_path,
-        dtype=args.dtype,
-        executor=args.executor,
-        max_num_batched_tokens=args.max_num_batched_tokens,
-        compile_model=args.compile,
-        attention_backend=attention_backend,
-        **extra,
-    )
+    saved = os.environ.pop(GEMM_ENV, None)
+    if float_gemm != "auto":
+        os.environ[GEMM_ENV] = float_gemm  # read while the model loads
+    try:
+        return LLM(
+            model_path,
+            dtype=args.dtype,
+            executor=args.executor,
+            max_num_batched_tokens=args.max_num_batched_tokens,
+            compile_model=args.compile,
+            attention_backend=attention_backend,
+            **extra,
+        )
+    finally:
+        os.environ.pop(GEMM_ENV, None)
+        if saved is not None:
+            os.environ[GEMM_ENV] = saved
 
 
-def wde_label(dtype: str, quantization: str, attention_backend: str = "auto") -> str:
+def wde_label(
+    dtype: str, quantization: str, attention_backend: str = "auto", float_gemm: str = "auto"
+) -> str:
     label = f"wde LLM.encode {dtype}" + ("" if quantization == "none" else f" {quantization}")
-    return label + ("" if attention_backend == "auto" else f" [{attention_backend}]")
+    label += "" if attention_backend == "auto" else f" [{attention_backend}]"
+    return label + ("" if float_gemm == "auto" else f" [{float_gemm} GEMM]")
 
 
 def read_rerank(path: str, limit: int | None) -> RerankSet | None:
@@ -265,9 +293,10 @@ def main(argv: list[str] | None = None) -> None:
     calibration_set = calibration(parser, args, texts)
 
     llms = {
-        (quantization, backend): build_llm(model_path, args, quantization, backend)
+        (quantization, backend, gemm): build_llm(model_path, args, quantization, backend, gemm)
         for quantization in args.quantization
         for backend in args.attention_backend
+        for gemm in args.float_gemm
     }
     llm = next(iter(llms.values()))
     seq_lens = [len(enc.token_ids) for enc in llm.engine.tokenizer.encode_batch(texts)]
@@ -304,10 +333,10 @@ def main(argv: list[str] | None = None) -> None:
                 texts,
             )
         )
-    for (quantization, backend), engine in llms.items():
+    for (quantization, backend, gemm), engine in llms.items():
         systems.append(
             InProcessSystem(
-                wde_label(args.dtype, quantization, backend),
+                wde_label(args.dtype, quantization, backend, gemm),
                 args.dtype,
                 functools.partial(_wde_embeddings, engine),
                 texts,

@@ -1,5 +1,5 @@
 """All model-running logic; device subclasses override only the named hooks:
-``_cache_device_properties``, ``load_model``, ``profile_run``, ``capture_model``."""
+``_cache_device_properties``, ``_prepare_weights``, ``load_model``, ``profile_run``, ``capture_model``."""
 
 from __future__ import annotations
 
@@ -59,6 +59,9 @@ class ModelRunnerBase:
     def _cache_device_properties(self) -> None:
         """Read once at init what the device is (name, cores, memory); subclasses fill it in."""
 
+    def _prepare_weights(self) -> None:
+        """After loading, for a model run eagerly: lay its weights out as this device runs them fastest."""
+
     def load_model(self) -> None:
         start = time.perf_counter()
         self.model = load_model(self.model_config, self._choose_backend, self.device, self.dtype)
@@ -72,6 +75,8 @@ class ModelRunnerBase:
         elif self.model_config.quantization is not None and self.model.supports_compile_blocks:
             # int8 blocks gain most when the activation is fused with the next layer's quantization
             self.model.compile_blocks()
+        else:
+            self._prepare_weights()
         # weights: parameters, and the buffers that quantized layers keep their weights in
         tensors = [*self.model.parameters(), *self.model.buffers()]
         num_params = sum(t.numel() for t in tensors)
