@@ -80,8 +80,24 @@ def _on_x86_with_onednn() -> bool:
 
 def chosen_float_gemm(linears: Sequence[nn.Linear], packed: Sequence[PackedLinear] = ()) -> FloatGemm:
     """The GEMM for these float32 block linears on this CPU: what ``WDE_FLOAT_GEMM`` names, else the faster
-    of the two, timed here on these very layers (``packed``: their ``PackedLinear`` copies, made by the caller
-    so that a chosen oneDNN needs no second packing)."""
+    of the two, timed here on these very layers (``packed``: their ``PackedLinear`` copies, when the caller
+    has them already)."""
+    untimed = _untimed_choice(linears)
+    if untimed is not None:
+        return untimed
+    return _timed_choice(linears, packed or [PackedLinear.from_linear(linear) for linear in linears])
+
+
+def _timed_choice(linears: Sequence[nn.Linear], packed: Sequence[PackedLinear]) -> FloatGemm:
+    speedup = measured_speedup(linears, packed)
+    if speedup >= MIN_SPEEDUP:
+        return FloatGemm("onednn_packed", f"measured here {speedup:.2f}x as fast as aten's on the blocks")
+    return FloatGemm("aten", f"oneDNN's packed GEMM measured {speedup:.2f}x aten's here (< {MIN_SPEEDUP}x)")
+
+
+def _untimed_choice(linears: Sequence[nn.Linear]) -> FloatGemm | None:
+    """The choice that needs no timing (``WDE_FLOAT_GEMM``, a CPU without oneDNN, no linears); None when
+    the two must be timed. Raises for a value it does not know, or oneDNN forced where it cannot run."""
     forced = os.environ.get(GEMM_ENV, "").strip().lower()
     if forced and forced not in FLOAT_GEMMS:
         names = ", ".join(FLOAT_GEMMS)
@@ -96,10 +112,7 @@ def chosen_float_gemm(linears: Sequence[nn.Linear], packed: Sequence[PackedLinea
         return FloatGemm("onednn_packed", f"{GEMM_ENV}=onednn_packed")
     if not linears:
         return FloatGemm("aten", "the model's blocks have no linear layers")
-    speedup = measured_speedup(linears, packed or [PackedLinear.from_linear(linear) for linear in linears])
-    if speedup >= MIN_SPEEDUP:
-        return FloatGemm("onednn_packed", f"measured here {speedup:.2f}x as fast as aten's on the blocks")
-    return FloatGemm("aten", f"oneDNN's packed GEMM measured {speedup:.2f}x aten's here (< {MIN_SPEEDUP}x)")
+    return None
 
 
 def measured_speedup(linears: Sequence[nn.Linear], packed: Sequence[nn.Module]) -> float:
@@ -133,12 +146,15 @@ def measured_speedup(linears: Sequence[nn.Linear], packed: Sequence[nn.Module]) 
 
 def pack_float_linears(linears: Sequence[tuple[nn.Module, str, nn.Linear]]) -> FloatGemm:
     """Swap these (parent, attribute name, linear) for ``PackedLinear`` in place when the chosen GEMM is
-    oneDNN's; returns the choice (logged by the caller)."""
+    oneDNN's; returns the choice (logged by the caller). Each weight is packed once: the timing runs on the
+    copies that are then swapped in."""
     plain = [linear for _, _, linear in linears]
+    gemm = _untimed_choice(plain)
     packed: list[PackedLinear] = []
-    if os.environ.get(GEMM_ENV, "").strip().lower() != "aten" and _on_x86_with_onednn():
+    if gemm is None or gemm.name == "onednn_packed":
         packed = [PackedLinear.from_linear(linear) for linear in plain]
-    gemm = chosen_float_gemm(plain, packed)
+    if gemm is None:
+        gemm = _timed_choice(plain, packed)
     if gemm.name == "onednn_packed":
         for (parent, name, _), layer in zip(linears, packed, strict=True):
             setattr(parent, name, layer)
