@@ -10,7 +10,8 @@ the server (requests/s, the load generator of ``benchmarks/server_load.py``); th
 in process. The two halves of a pair run back to back, in alternating order (ABBA), so the machine's
 drift (20-30% over minutes on the shared 2-core machines) cancels within a pair instead of landing between
 two long runs; the median and quartiles of the pairs' ratios are printed. ``--baseline-ref`` serves a git
-worktree of that ref too: each pair then runs three ways (in process, that tree, the current one).
+worktree of that ref too: each pair then runs three ways (in process, that tree, the current one);
+``--serve-args '...'`` serves the current tree once more with those flags.
 
 The load generator shares the machine with the server (on 2 cores its CPU competes with the server's),
 as it does with every figure of the issue. The Python one (aiohttp) spends ~0.2 CPU-ms per request, and on
@@ -100,9 +101,16 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--concurrency", type=int, default=32)
     parser.add_argument("--baseline-ref", default=None, help="git ref served beside the current tree")
     parser.add_argument(
+        "--serve-args",
+        action="append",
+        default=[],
+        help="serve the current tree once more with these `wde serve` flags (e.g. '--max-batch-wait-ms 0'); "
+        "repeatable",
+    )
+    parser.add_argument(
         "--wrk",
         action="store_true",
-        help="also send each slice to the current tree with wrk (C load generator)",
+        help="also send each slice to the current tree (each of its servers) with wrk (C load generator)",
     )
     args = parser.parse_args(argv)
     if args.wrk and shutil.which("wrk") is None:
@@ -123,7 +131,11 @@ def main(argv: list[str] | None = None) -> None:
         trees = [("current", REPO_ROOT)]
         if args.baseline_ref:
             trees.insert(0, (args.baseline_ref, stack.enter_context(baseline_tree(args.baseline_ref))))
-        urls = {tree: stack.enter_context(started(tree, root, [])).url for tree, root in trees}
+        trees += [(f"current {flags}", REPO_ROOT) for flags in args.serve_args]
+        flags_of = {f"current {flags}": flags.split() for flags in args.serve_args}
+        urls = {
+            tree: stack.enter_context(started(tree, root, flags_of.get(tree, []))).url for tree, root in trees
+        }
         folder = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="wde-wrk-")))
         llm.encode(texts[: args.slice])
         for url in urls.values():
@@ -140,7 +152,7 @@ def main(argv: list[str] | None = None) -> None:
             piece = texts[start : start + args.slice]
             ways: list[tuple[str, str | None]] = [("in process", None), *urls.items()]
             if args.wrk:
-                ways.append(("current, wrk", urls["current"]))
+                ways += [(f"{tree}, wrk", url) for tree, url in urls.items() if tree.startswith("current")]
             rates: dict[str, float] = {}
             for name, target in ways if pair % 2 == 0 else reversed(ways):
                 if target is None:
