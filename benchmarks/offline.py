@@ -5,8 +5,10 @@ quality, so a speed-up cannot hide a wrong answer: min and mean cosine of its em
 sentence-transformers float32, and MRR@10 / recall@1 of the cosine ranking its embeddings give on
 ``--rerank-data`` (queries and candidates embedded; the two columns are left out, with a note, when that file
 is missing). Every ratio is against sentence-transformers float32; with ``--dtype bfloat16``
-sentence-transformers bfloat16, wde and the Infinity / vLLM peers run in bfloat16 too (the st-* peers are
-float32 / int8 only and are refused then).
+sentence-transformers bfloat16, wde and the Infinity / vLLM peers run in bfloat16 too, while the st-* peers
+keep their own precision (``st-openvino`` is OpenVINO's default: bfloat16 on a CPU with native bfloat16, so
+``--dtype fast --peer st-openvino`` sets wde's fast mode beside it). ``--dtype fast`` resolves as
+``LLM(dtype="fast")`` does on this CPU (the header says to what, and why).
 
 Timing: sentence-transformers, the wde rows (one per ``--quantization``) and the st-* peers (workers that
 stay loaded: benchmarks.st_peers) are warmed up once, then timed interleaved, one pass of each in turn per
@@ -106,7 +108,13 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--limit", type=int, default=None, help="use the first N texts")
     parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"])
+    parser.add_argument(
+        "--dtype",
+        default="float32",
+        choices=["float32", "bfloat16", "fast"],
+        help="wde's dtype (and a sentence-transformers row in it); fast: what LLM(dtype='fast') picks on "
+        "this CPU (bfloat16 where it computes it natively, else float32)",
+    )
     parser.add_argument(
         "--quantization",
         action="append",
@@ -169,20 +177,20 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def check_args(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
-    """Refuse, before loading anything, what cannot run: missing peer venvs, st-* peers in bfloat16, an int8
-    wde row on a wde without the quantization argument, an ONNX int8 peer on a CPU no config fits."""
+    """Refuse, before loading anything, what cannot run: missing peer venvs, an int8 wde row on a wde without
+    the quantization argument, an ONNX int8 peer on a CPU no config fits. Resolves ``--dtype fast``."""
     args.quantization = list(dict.fromkeys(args.quantization or ["none"]))
     args.attention_backend = list(dict.fromkeys(args.attention_backend or ["auto"]))
     args.float_gemm = list(dict.fromkeys(args.float_gemm or ["auto"]))
     args.peer = list(dict.fromkeys(args.peer))
     if missing_peers := peers.missing(args.peer):
         parser.error("\n".join(missing_peers))
-    st_names = [name for name in args.peer if name in st_peers.ST_PEERS]
-    if st_names and args.dtype != "float32":
-        parser.error(
-            f"--peer {' / '.join(st_names)}: the sentence-transformers ONNX / OpenVINO peers run float32 "
-            "(and int8) only; drop them or use --dtype float32"
-        )
+    args.dtype_note = ""
+    if args.dtype == "fast":
+        from wde.platforms.cpu import CpuPlatform
+
+        args.dtype, why = CpuPlatform().fast_dtype({})
+        args.dtype_note = f" (--dtype fast: {why})"
     if "int8" in args.quantization and not wde_has_quantization():
         parser.error("--quantization int8: this wde's LLM has no quantization argument yet; use none")
     if "st-onnx-int8" in args.peer:
@@ -262,7 +270,7 @@ def print_header(llm: Any, args: argparse.Namespace, texts: list[str], num_token
     engine_config = llm.engine.engine_config
     print(
         f"# {len(texts)} texts, {num_tokens:,} tokens (max_model_len {llm.model_config.max_model_len}), "
-        f"dtype {args.dtype}, {threads} threads, "
+        f"dtype {args.dtype}{args.dtype_note}, {threads} threads, "
         f"backend {llm.engine.runner.attn_backend_cls.name}, "
         f"executor {engine_config.device_config.executor}, "
         f"max_num_batched_tokens {engine_config.scheduler_config.max_num_batched_tokens}, "

@@ -11,7 +11,10 @@ from typing import Any
 
 from wde.output_kinds import OUTPUT_KINDS
 
-DTYPE_NAMES = ("auto", "float32", "bfloat16", "float16")
+# "fast": the fastest dtype the device computes natively (the platform's ``fast_dtype``; CPU: bfloat16 with
+# AVX-512-BF16 or AMX, else float32); "auto": float32 on CPU, float16 on CUDA
+DTYPE_NAMES = ("auto", "fast", "float32", "bfloat16", "float16")
+RESOLVED_DTYPE_NAMES = DTYPE_NAMES[2:]
 DEVICE_NAMES = ("auto", "cpu", "cuda")
 EXECUTOR_NAMES = ("sync", "async")
 TASK_NAMES = ("auto", "embed", "score")
@@ -235,8 +238,10 @@ class ModelConfig:
         return num_labels(self.hf_config)
 
     def verify(self) -> None:
-        if self.dtype not in DTYPE_NAMES:
-            raise ValueError(f"dtype {self.dtype!r} is not one of {DTYPE_NAMES}")
+        if self.dtype not in RESOLVED_DTYPE_NAMES:
+            raise ValueError(
+                f"dtype {self.dtype!r} is not one of {RESOLVED_DTYPE_NAMES} (after resolving 'auto' / 'fast')"
+            )
         if self.task not in TASK_NAMES[1:]:
             raise ValueError(f"task {self.task!r} is not one of {TASK_NAMES[1:]}")
         if self.max_model_len < 1:

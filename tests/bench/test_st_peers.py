@@ -164,13 +164,24 @@ def test_load_commands_parse(tmp_path: Path) -> None:
         parse_command(line({**LOAD, "precision_hint": "int4"}))
 
 
-def test_bench_refuses_st_peers_in_bfloat16(
-    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+@pytest.mark.parametrize(
+    ("flags", "dtype"),
+    [(frozenset({"avx2", "fma"}), "float32"), (frozenset({"avx2", "avx512_bf16"}), "bfloat16")],
+)
+def test_bench_resolves_fast_by_the_cpu_and_keeps_st_peers_beside_it(
+    monkeypatch: pytest.MonkeyPatch, flags: frozenset[str], dtype: str
 ) -> None:
+    """``--dtype fast`` is what ``LLM(dtype="fast")`` picks here; the st-* peers keep their own precision
+    beside it (st-openvino: OpenVINO's default, the row issue 26 compares wde's fast mode with)."""
+    from wde.platforms import cpu
+
     monkeypatch.setattr(peers, "missing", lambda names: [])
-    with pytest.raises(SystemExit):
-        offline.main(["--dtype", "bfloat16", "--peer", "st-onnx"])
-    assert "run float32 (and int8) only" in capsys.readouterr().err
+    monkeypatch.setattr(cpu, "cpu_flags", lambda: flags)
+    parser = offline.build_parser()
+    args = parser.parse_args(["--dtype", "fast", "--peer", "st-openvino"])
+    offline.check_args(parser, args)
+    assert args.dtype == dtype
+    assert "--dtype fast: this CPU" in args.dtype_note
 
 
 def test_bench_names_the_make_target_of_a_missing_venv(

@@ -3,7 +3,13 @@ from __future__ import annotations
 import os
 from typing import Any
 
+from wde.platforms.cpu_flags import cpu_flags
 from wde.platforms.interface import Platform
+
+# /proc/cpuinfo flags of CPUs whose matmuls take bfloat16 natively (Cooper Lake / Zen 4 and later: AVX-512
+# BF16 dot products; Sapphire Rapids and later: AMX tiles); without them torch emulates bfloat16, ~7x slower
+# than float32 (2 cores of an AVX2 EPYC, docs/benchmarks.md)
+NATIVE_BF16_FLAGS = ("amx_bf16", "avx512_bf16")
 
 
 class CpuPlatform(Platform):
@@ -19,7 +25,16 @@ class CpuPlatform(Platform):
     max_auto_num_batched_tokens = 2048
 
     def default_dtype(self, hf_config: dict[str, Any]) -> str:
-        return "float32"  # bfloat16 is faster on AVX-512-bf16/AMX machines, but only on request
+        return "float32"  # the reference's answers; bfloat16 is "fast" where the CPU computes it natively
+
+    def fast_dtype(self, hf_config: dict[str, Any]) -> tuple[str, str]:
+        native = [flag for flag in NATIVE_BF16_FLAGS if flag in cpu_flags()]
+        if native:
+            return "bfloat16", f"this CPU computes bfloat16 natively ({', '.join(native)})"
+        return "float32", (
+            f"this CPU has no native bfloat16 (none of {', '.join(NATIVE_BF16_FLAGS)}): bfloat16 would be "
+            "emulated, several times slower than float32"
+        )
 
     def memory_info(self) -> tuple[int, int]:
         page_size = os.sysconf("SC_PAGE_SIZE")

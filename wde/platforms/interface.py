@@ -20,6 +20,11 @@ class Platform(ABC):
     def default_dtype(self, hf_config: dict[str, Any]) -> str:
         """The dtype name that "auto" resolves to for this model on this device."""
 
+    def fast_dtype(self, hf_config: dict[str, Any]) -> tuple[str, str]:
+        """(the dtype name "fast" resolves to, why): the fastest dtype this device computes natively whose
+        embeddings stay within ~1e-4 cosine of float32's; by default what "auto" picks."""
+        return self.default_dtype(hf_config), "the device's default dtype"
+
     # Cap on what max_num_batched_tokens="auto" may pick.
     max_auto_num_batched_tokens: ClassVar[int]
 

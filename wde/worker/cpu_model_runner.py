@@ -27,7 +27,8 @@ class CPUModelRunner(ModelRunnerBase):
         if self.dtype == torch.bfloat16 and isa in ("DEFAULT", "AVX2"):
             logger.warning(
                 "dtype bfloat16 on a CPU without AVX-512/AMX (torch reports %s): matmuls fall back to slow "
-                "emulation (~7x slower than float32 on a 2-core AVX2 EPYC); pass --dtype float32",
+                "emulation (~7x slower than float32 on a 2-core AVX2 EPYC); pass --dtype float32 (or --dtype "
+                "fast, which picks bfloat16 only where the CPU computes it natively)",
                 isa,
             )
 
