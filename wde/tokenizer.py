@@ -97,11 +97,21 @@ class Tokenizer:
         (only_second with a first text longer than the length)."""
         self.num_encode_calls += 1
         backend = self.backend if truncation is None else self._variant(truncation)
+        max_length = self.max_length if truncation is None else truncation.max_length
         encodings = backend.encode_batch_fast(inputs, add_special_tokens=True)
         return [
-            TokenizedInput(encoding.ids, encoding.type_ids, bool(encoding.overflowing))
-            for encoding in encodings
+            TokenizedInput(encoding.ids, encoding.type_ids, self._was_truncated(encoding, text, max_length))
+            for encoding, text in zip(encodings, inputs, strict=True)
         ]
+
+    def _was_truncated(self, encoding: tokenizers.Encoding, text: TextInput, max_length: int) -> bool:
+        """Whether truncation cut ``text``. tokenizers reports the cut tokens in ``overflowing``, but 0.23.2
+        leaves it empty for some byte-level BPE inputs (a Qwen tokenizer: 13 tokens cut to 10, nothing
+        overflowing; 0.23.3 fills it): an encoding that ends at ``max_length`` with nothing overflowing
+        is counted again without truncation (rare: only inputs that long)."""
+        if encoding.overflowing:
+            return True
+        return len(encoding.ids) >= max_length and self.count_tokens(text) > max_length
 
     def _variant(self, truncation: Truncation) -> tokenizers.Tokenizer:
         """A copy truncating as ``truncation`` says (the engine's own for the default); the last few kept."""
@@ -134,7 +144,8 @@ class Tokenizer:
         return self._untruncated
 
     def count_tokens(self, text: TextInput) -> int:
-        """Length without truncation (used only to word the error for an over-long input)."""
+        """Length without truncation (to word the error for an over-long input, and to check a cut that
+        tokenizers did not report: ``_was_truncated``)."""
         if isinstance(text, tuple):
             return len(self.untruncated().encode(*text).ids)
         return len(self.untruncated().encode(text).ids)

@@ -8,6 +8,7 @@ Tolerances (float32 on CPU, same weights): the same non-zero token ids, weights 
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import numpy as np
@@ -162,6 +163,11 @@ def test_saved_max_active_dims_is_the_default(tmp_path: Path, bert_mlm_dir: Path
     path = tmp_path / "model"
     transformer = Transformer(str(bert_mlm_dir), transformer_task="fill-mask")
     SparseEncoder(modules=[transformer, SpladePooling()], max_active_dims=8, device="cpu").save(str(path))
+    saved = json.loads((path / "config_sentence_transformers.json").read_text())
+    if "max_active_dims" not in saved:  # 6.0.x saves no max_active_dims (6.2 does)
+        pytest.skip(
+            f"sentence-transformers {saved['__version__']['sentence_transformers']} saves no max_active_dims"
+        )
     llm = wde.LLM(str(path), device="cpu")
     assert llm.model_config.sparse.max_active_dims == 8
     got = llm.encode(texts[:4])

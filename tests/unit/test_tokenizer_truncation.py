@@ -4,6 +4,8 @@ the RequestProcessor tokenizes a window holding both directions with one call pe
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import pytest
 
 from wde.engine_args import default_model_path
@@ -72,3 +74,17 @@ def test_a_window_of_both_directions(tokenizer: Tokenizer) -> None:
     assert right.token_ids == tokenizer.encode_batch([TEXT])[0].token_ids
     assert left.token_ids == tokenizer.encode_batch([TEXT], Truncation(MAX_MODEL_LEN, "left"))[0].token_ids
     assert short.token_ids is not None and len(short.token_ids) == 10 and short.truncated
+
+
+@pytest.mark.parametrize(("text", "cut"), [(TEXT, True), ("four words of text", False)])
+def test_a_cut_is_seen_when_tokenizers_reports_no_overflow(
+    tokenizer: Tokenizer, text: str, cut: bool
+) -> None:
+    """tokenizers 0.23.2 leaves ``overflowing`` empty for some truncated byte-level BPE inputs: an encoding
+    as long as the limit is then counted again. A text of exactly the limit is not called cut."""
+    max_length = len(tokenizer.untruncated().encode("four words of text").ids)
+    ids = tokenizer.encode_batch([text], Truncation(max_length))[0].token_ids
+    assert len(ids) == max_length
+    unreported = SimpleNamespace(ids=ids, type_ids=[0] * len(ids), overflowing=[])
+    assert tokenizer._was_truncated(unreported, text, max_length) is cut
+    assert tokenizer._was_truncated(SimpleNamespace(ids=ids[:-1], overflowing=[]), text, max_length) is False
