@@ -10,7 +10,9 @@ Against aten the results differ by float32 rounding only (all-MiniLM-L6-v2 embed
 On that EPYC oneDNN also gave a row the same result whatever its batch-mates (aten's sgemm picks other
 kernels for other batch sizes).
 
-``WDE_FLOAT_GEMM=aten`` or ``onednn_packed`` skips the measurement and forces one.
+The choice is measured once per process for a set of layer shapes (and thread count): a second load of
+the same model reuses it, so two ``LLM`` of one model compute exactly alike. ``WDE_FLOAT_GEMM=aten`` or
+``onednn_packed`` skips the measurement and forces one.
 """
 
 from __future__ import annotations
@@ -81,18 +83,41 @@ def _on_x86_with_onednn() -> bool:
 def chosen_float_gemm(linears: Sequence[nn.Linear], packed: Sequence[PackedLinear] = ()) -> FloatGemm:
     """The GEMM for these float32 block linears on this CPU: what ``WDE_FLOAT_GEMM`` names, else the faster
     of the two, timed here on these very layers (``packed``: their ``PackedLinear`` copies, when the caller
-    has them already)."""
-    untimed = _untimed_choice(linears)
+    has them already) the first time this process loads layers of their shapes."""
+    untimed = _untimed_choice(linears) or _remembered_choice(linears)
     if untimed is not None:
         return untimed
     return _timed_choice(linears, packed or [PackedLinear.from_linear(linear) for linear in linears])
 
 
+# The measured choice per layer shapes and thread count, for the process's lifetime: a second load of the
+# same model (a second LLM, a model reloaded after eviction) computes bit for bit what the first one did,
+# where a new measurement near MIN_SPEEDUP could pick the other GEMM (they differ by float32 rounding).
+_MEASURED: dict[tuple[object, ...], FloatGemm] = {}
+
+
+def _shapes_key(linears: Sequence[nn.Linear]) -> tuple[object, ...]:
+    shapes = tuple((linear.in_features, linear.out_features, linear.bias is not None) for linear in linears)
+    return (torch.get_num_threads(), shapes)
+
+
+def _remembered_choice(linears: Sequence[nn.Linear]) -> FloatGemm | None:
+    remembered = _MEASURED.get(_shapes_key(linears))
+    if remembered is None:
+        return None
+    return FloatGemm(remembered.name, f"{remembered.why} (at this process's first load of these layers)")
+
+
 def _timed_choice(linears: Sequence[nn.Linear], packed: Sequence[PackedLinear]) -> FloatGemm:
     speedup = measured_speedup(linears, packed)
     if speedup >= MIN_SPEEDUP:
-        return FloatGemm("onednn_packed", f"measured here {speedup:.2f}x as fast as aten's on the blocks")
-    return FloatGemm("aten", f"oneDNN's packed GEMM measured {speedup:.2f}x aten's here (< {MIN_SPEEDUP}x)")
+        gemm = FloatGemm("onednn_packed", f"measured here {speedup:.2f}x as fast as aten's on the blocks")
+    else:
+        gemm = FloatGemm(
+            "aten", f"oneDNN's packed GEMM measured {speedup:.2f}x aten's here (< {MIN_SPEEDUP}x)"
+        )
+    _MEASURED[_shapes_key(linears)] = gemm
+    return gemm
 
 
 def _untimed_choice(linears: Sequence[nn.Linear]) -> FloatGemm | None:
@@ -149,7 +174,7 @@ def pack_float_linears(linears: Sequence[tuple[nn.Module, str, nn.Linear]]) -> F
     oneDNN's; returns the choice (logged by the caller). Each weight is packed once: the timing runs on the
     copies that are then swapped in."""
     plain = [linear for _, _, linear in linears]
-    gemm = _untimed_choice(plain)
+    gemm = _untimed_choice(plain) or _remembered_choice(plain)
     packed: list[PackedLinear] = []
     if gemm is None or gemm.name == "onednn_packed":
         packed = [PackedLinear.from_linear(linear) for linear in plain]

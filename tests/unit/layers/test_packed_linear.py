@@ -26,6 +26,12 @@ needs_onednn = pytest.mark.skipif(
 )
 
 
+@pytest.fixture(autouse=True)
+def fresh_measurements(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each test measures anew: the process keeps one choice per layer shapes."""
+    monkeypatch.setattr(packed_linear, "_MEASURED", {})
+
+
 def _linear(in_features: int, out_features: int, bias: bool = True) -> nn.Linear:
     torch.manual_seed(0)
     return nn.Linear(in_features, out_features, bias=bias)
@@ -125,6 +131,28 @@ def test_pack_float_linears_swaps_only_when_chosen(monkeypatch: pytest.MonkeyPat
     assert sum(isinstance(m, PackedLinear) for m in blocks.modules()) == 4
     with torch.inference_mode():
         torch.testing.assert_close(blocks[1](blocks[0](x)), expected, rtol=RTOL, atol=ATOL)
+
+
+def test_a_second_load_of_the_same_layers_keeps_the_first_choice(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two loads of one model in a process compute alike: the measurement is made once per layer shapes
+    and thread count, even where a second one would come out on the other side of MIN_SPEEDUP."""
+    monkeypatch.delenv(GEMM_ENV, raising=False)
+    monkeypatch.setattr(packed_linear, "_on_x86_with_onednn", lambda: True)
+    speedups = iter([1.2, 1.0, 1.0])
+    monkeypatch.setattr(packed_linear, "measured_speedup", lambda linears, packed: next(speedups))
+    packed = [nn.Identity(), nn.Identity()]
+    first = chosen_float_gemm([_linear(64, 256), _linear(256, 64)], packed)  # type: ignore[arg-type]
+    second = chosen_float_gemm([_linear(64, 256), _linear(256, 64)], packed)  # type: ignore[arg-type]
+    assert first.name == second.name == "onednn_packed"
+    assert "first load" in second.why
+    other_shapes = chosen_float_gemm([_linear(64, 128), _linear(128, 64)], packed)  # type: ignore[arg-type]
+    assert other_shapes.name == "aten"  # measured anew
+    threads = torch.get_num_threads()
+    torch.set_num_threads(threads + 1)
+    try:
+        assert chosen_float_gemm([_linear(64, 256), _linear(256, 64)], packed).name == "aten"  # type: ignore[arg-type]
+    finally:
+        torch.set_num_threads(threads)
 
 
 def _not_measured(linears: list[nn.Linear], packed: list[nn.Module]) -> float:
