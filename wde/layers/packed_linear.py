@@ -84,7 +84,7 @@ def chosen_float_gemm(linears: Sequence[nn.Linear], packed: Sequence[PackedLinea
     """The GEMM for these float32 block linears on this CPU: what ``WDE_FLOAT_GEMM`` names, else the faster
     of the two, timed here on these very layers (``packed``: their ``PackedLinear`` copies, when the caller
     has them already) the first time this process loads layers of their shapes."""
-    untimed = _untimed_choice(linears) or _remembered_choice(linears)
+    untimed = _untimed_choice(linears)
     if untimed is not None:
         return untimed
     return _timed_choice(linears, packed or [PackedLinear.from_linear(linear) for linear in linears])
@@ -121,8 +121,9 @@ def _timed_choice(linears: Sequence[nn.Linear], packed: Sequence[PackedLinear]) 
 
 
 def _untimed_choice(linears: Sequence[nn.Linear]) -> FloatGemm | None:
-    """The choice that needs no timing (``WDE_FLOAT_GEMM``, a CPU without oneDNN, no linears); None when
-    the two must be timed. Raises for a value it does not know, or oneDNN forced where it cannot run."""
+    """The choice that needs no timing (``WDE_FLOAT_GEMM``, a CPU without oneDNN, no linears, layers of these
+    shapes measured before in this process); None when the two must be timed. Raises for a value it does
+    not know, or oneDNN forced where it cannot run."""
     forced = os.environ.get(GEMM_ENV, "").strip().lower()
     if forced and forced not in FLOAT_GEMMS:
         names = ", ".join(FLOAT_GEMMS)
@@ -137,7 +138,7 @@ def _untimed_choice(linears: Sequence[nn.Linear]) -> FloatGemm | None:
         return FloatGemm("onednn_packed", f"{GEMM_ENV}=onednn_packed")
     if not linears:
         return FloatGemm("aten", "the model's blocks have no linear layers")
-    return None
+    return _remembered_choice(linears)
 
 
 def measured_speedup(linears: Sequence[nn.Linear], packed: Sequence[nn.Module]) -> float:
@@ -174,7 +175,7 @@ def pack_float_linears(linears: Sequence[tuple[nn.Module, str, nn.Linear]]) -> F
     oneDNN's; returns the choice (logged by the caller). Each weight is packed once: the timing runs on the
     copies that are then swapped in."""
     plain = [linear for _, _, linear in linears]
-    gemm = _untimed_choice(plain) or _remembered_choice(plain)
+    gemm = _untimed_choice(plain)
     packed: list[PackedLinear] = []
     if gemm is None or gemm.name == "onednn_packed":
         packed = [PackedLinear.from_linear(linear) for linear in plain]
