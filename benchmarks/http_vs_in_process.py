@@ -128,14 +128,12 @@ def main(argv: list[str] | None = None) -> None:
     ratios: dict[str, list[float]] = {}
     with ExitStack() as stack:
         # 1. the servers (the baseline's first), and everything warmed up
-        trees = [("current", REPO_ROOT)]
+        trees: list[tuple[str, Path, list[str]]] = [("current", REPO_ROOT, [])]
         if args.baseline_ref:
-            trees.insert(0, (args.baseline_ref, stack.enter_context(baseline_tree(args.baseline_ref))))
-        trees += [(f"current {flags}", REPO_ROOT) for flags in args.serve_args]
-        flags_of = {f"current {flags}": flags.split() for flags in args.serve_args}
-        urls = {
-            tree: stack.enter_context(started(tree, root, flags_of.get(tree, []))).url for tree, root in trees
-        }
+            root = stack.enter_context(baseline_tree(args.baseline_ref))
+            trees.insert(0, (args.baseline_ref, root, []))
+        trees += [(f"current {flags}", REPO_ROOT, flags.split()) for flags in args.serve_args]
+        urls = {tree: stack.enter_context(started(tree, root, flags)).url for tree, root, flags in trees}
         folder = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="wde-wrk-")))
         llm.encode(texts[: args.slice])
         for url in urls.values():
