@@ -3,11 +3,15 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 # The shared data set (Debian package descriptions: docs.jsonl, queries.jsonl, rerank.jsonl) sits beside
-# the repository, in ../shared/data; an installed wde has no such folder and needs --data.
-SHARED_DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
+# the repository, in ../shared/data, or where $WDE_SHARED_DATA points; a user's clone and an installed wde
+# have neither and need --data.
+SHARED_DATA = Path(
+    os.environ.get("WDE_SHARED_DATA") or Path(__file__).resolve().parents[2] / "shared" / "data"
+)
 
 
 class BenchmarkDataError(FileNotFoundError):

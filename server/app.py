@@ -21,7 +21,6 @@ import functools
 import inspect
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
-from pathlib import Path
 from typing import Any
 
 import anyio
@@ -138,9 +137,8 @@ def create_app(
         **NO_FASTAPI_TELEMETRY,
     )
     app.state.wde = state
-    batch_dir = Path(settings.batch_dir).expanduser()
     app.state.batches = BatchService(
-        batch_dir, app, models, lambda: state.draining, settings.batch_lines_in_flight
+        settings.batch_folder(port=None), app, models, lambda: state.draining, settings.batch_lines_in_flight
     )
     app.state.tracing = tracing
     app.state.startup_error = ""  # why the lifespan failed, set by it

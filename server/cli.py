@@ -13,7 +13,6 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import functools
-import logging
 import os
 import sys
 import types
@@ -23,6 +22,7 @@ from dataclasses import MISSING, fields
 from typing import Any
 
 from server.access_log import skip_unused_record_fields
+from server.log_setup import configure_logging
 from server.memory_release import limit_malloc_arenas
 from server.openmp_spin import bound_openmp_spin
 from server.ray_serve.flags import add_ray_serve_flags
@@ -143,6 +143,9 @@ def _add_embed_parser(commands: Any) -> None:
     job.add_argument(
         "--input-format", choices=("jsonl", "csv", "parquet", "txt"), help="default: from the suffix"
     )
+    job.add_argument(
+        "--limit", type=int, help="only the first N records (try a large file; a later run resumes)"
+    )
     job.add_argument("--chunk-size", type=int, default=1024, help="texts per part file (and per engine call)")
     job.add_argument("--dimensions", type=int, help="Matryoshka: keep the first N dimensions, renormalized")
     job.add_argument("--prompt-name", help="the model's prompt to prepend (sentence-transformers prompts)")
@@ -171,9 +174,7 @@ def _add_embed_parser(commands: Any) -> None:
 def embed(args: argparse.Namespace) -> int:
     """Exit 2 with one line for a user error (a flag, the input, a model folder, an output made with other
     settings), 130 when interrupted (the parts written stay; the same command resumes), 0 when done."""
-    logging.basicConfig(
-        level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
-    )
+    configure_logging(args.log_level)
     try:
         from wde.bulk import embed as embed_file
 
@@ -183,6 +184,7 @@ def embed(args: argparse.Namespace) -> int:
             text_field=args.text_field,
             id_field=args.id_field,
             input_format=args.input_format,
+            limit=args.limit,
             chunk_size=args.chunk_size,
             dimensions=args.dimensions,
             prompt_name=args.prompt_name,
@@ -215,13 +217,12 @@ def serve(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     limit_malloc_arenas()
     bound_openmp_spin()
     settings = ServerSettings(**{name: getattr(args, name) for name in ServerSettings.field_names()})
-    logging.basicConfig(
-        level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
-    )
+    configure_logging(args.log_level)
     skip_unused_record_fields()
     try:
         settings = settings.with_api_key_file()
         settings.verify()
+        settings = dataclasses.replace(settings, batch_dir=str(settings.batch_folder(args.port)))
         all_engine_args = _served_engine_args(args)
         # each model's config, built once: the registry and its engine take it from here
         served = [(engine_args, engine_args.create_engine_config()) for engine_args in all_engine_args]

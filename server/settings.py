@@ -17,6 +17,9 @@ DEFAULT_MAX_CONCURRENT_REQUESTS = 512
 # /tokenize answers ~70 bytes of JSON per token: 131,072 tokens (about 500,000 characters of English) is
 # a ~9 MB answer.
 DEFAULT_MAX_TOKENIZE_TOKENS = 131_072
+# The Batch API's folders when --batch-dir is not given: one per port, so that two servers of one user on
+# one machine (two models on two ports) each have theirs, and a restart on the same port finds its batches.
+BATCH_DIRS = "~/.cache/wde/batches"
 
 
 @dataclass
@@ -71,10 +74,11 @@ class ServerSettings:
         None,
         help="browser origins allowed to call the API (CORS): https://app.example, or * for any (unset: off)",
     )
-    batch_dir: str = flag(
-        "~/.cache/wde/batches",
+    batch_dir: str | None = flag(
+        None,
         help="the Batch API's folder: uploaded files, batches and their outputs, kept across restarts (one "
-        "server per folder; unwritable: the Batch API is off)",
+        f"server per folder; unwritable: the Batch API is off); default {BATCH_DIRS}/port-PORT, one per "
+        "server on the machine",
     )
     batch_lines_in_flight: int = flag(
         16,
@@ -146,10 +150,17 @@ class ServerSettings:
             )
         if self.cors_allow_origins is not None and not all(self.cors_allow_origins):
             raise ValueError(f"cors_allow_origins has an empty origin: {self.cors_allow_origins!r}")
-        if not self.batch_dir:
+        if self.batch_dir is not None and not self.batch_dir:
             raise ValueError("batch_dir is empty; pass a folder for the Batch API's files (--batch-dir)")
         if self.otel and importlib.util.find_spec("opentelemetry.sdk") is None:
             raise ValueError("otel: OpenTelemetry is not installed; pip install 'wde[otel]' or drop --otel")
+
+    def batch_folder(self, port: int | None) -> Path:
+        """``--batch-dir`` when given, else this port's own folder under ``BATCH_DIRS`` (an app built in a
+        process without a port of its own, as in the tests: ``BATCH_DIRS/in-process``)."""
+        if self.batch_dir is not None:
+            return Path(self.batch_dir).expanduser()
+        return Path(BATCH_DIRS).expanduser() / (f"port-{port}" if port is not None else "in-process")
 
     def with_api_key_file(self) -> ServerSettings:
         """This, with ``api_key`` read from ``api_key_file`` (surrounding whitespace stripped)."""

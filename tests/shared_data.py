@@ -1,28 +1,51 @@
-"""The shared data set (Debian package descriptions) that sits beside the repository."""
+"""The shared data set (Debian package descriptions: docs.jsonl, queries.jsonl, rerank.jsonl).
+
+It sits beside the repository in ``../shared/data`` on our machines, or wherever ``$WDE_SHARED_DATA`` points;
+a user's clone has neither. A test that reads it carries the ``shared_data`` marker and skips with one line
+naming the missing file; reading it from an unmarked test is an error, so that ``pytest -m shared_data``
+with the data moved away (tests/unit/test_fresh_clone.py) checks every such test."""
 
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-SHARED_DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
+SHARED_DATA_ENV = "WDE_SHARED_DATA"
+MARKER = "shared_data"
+# The test being set up or run, set by tests/conftest.py before its fixtures (session fixtures included).
+current_item: pytest.Item | None = None
+
+
+def shared_data_dir() -> Path:
+    return Path(os.environ.get(SHARED_DATA_ENV) or Path(__file__).resolve().parents[2] / "shared" / "data")
+
+
+def shared_data_file(name: str) -> Path:
+    """The path of ``name`` in the shared data set; skips the current test, naming the path, when absent."""
+    if current_item is not None and current_item.get_closest_marker(MARKER) is None:
+        raise RuntimeError(
+            f"{current_item.nodeid} reads the shared data set ({name}) without the `{MARKER}` marker: add "
+            f"@pytest.mark.{MARKER} (or pytestmark), so that the fresh-clone check sees it skip without it"
+        )
+    path = shared_data_dir() / name
+    if not path.is_file():
+        pytest.skip(f"{path} not found (the shared data set; set {SHARED_DATA_ENV} to its folder)")
+    return path
+
+
+def read_records(name: str, limit: int | None = None) -> list[dict[str, Any]]:
+    with shared_data_file(name).open(encoding="utf-8") as f:
+        lines = f if limit is None else (line for _, line in zip(range(limit), f, strict=False))
+        return [json.loads(line) for line in lines]
 
 
 def read_texts(name: str, limit: int | None = None) -> list[str]:
-    path = SHARED_DATA / name
-    if not path.exists():
-        pytest.skip(f"{path} not found (the shared data set sits beside the repository)")
-    with path.open(encoding="utf-8") as f:
-        texts = [json.loads(line)["text"] for line in f]
-    return texts[:limit]
+    return [record["text"] for record in read_records(name, limit)]
 
 
-def read_rerank(limit: int | None = None) -> list[dict]:
-    path = SHARED_DATA / "rerank.jsonl"
-    if not path.exists():
-        pytest.skip(f"{path} not found (the shared data set sits beside the repository)")
-    with path.open(encoding="utf-8") as f:
-        records = [json.loads(line) for line in f]
-    return records[:limit]
+def read_rerank(limit: int | None = None) -> list[dict[str, Any]]:
+    return read_records("rerank.jsonl", limit)

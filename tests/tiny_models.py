@@ -8,7 +8,10 @@ attention is far from uniform and a masking or position bug moves the outputs we
 
 from __future__ import annotations
 
+import functools
+import itertools
 import json
+import random
 import shutil
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -17,7 +20,6 @@ import numpy as np
 import torch
 from safetensors.torch import load_file
 
-from tests.shared_data import SHARED_DATA
 from wde.engine_args import default_model_path
 
 if TYPE_CHECKING:
@@ -33,6 +35,7 @@ XLMR_MAX_POSITIONS = 66  # 64 usable: XLM-R numbers positions from pad_token_id 
 XLMR_VOCAB_SIZE = 400  # target size of the trained Unigram vocabulary
 WEIGHT_STD = 0.2  # 10x HF's initializer_range
 NUM_TOKENIZER_TEXTS = 300
+FIRST_WORD_ID = 1996  # "the": BERT's vocabulary lists whole words from here, most frequent first
 
 BERT_TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "vocab.txt")
 FALLBACK_TEXTS = (
@@ -48,14 +51,47 @@ FALLBACK_TEXTS = (
 
 
 def training_texts() -> list[str]:
-    """A few hundred sentences for the XLM-R tokenizer: the shared corpus if present, else inline text."""
-    docs_path = SHARED_DATA / "docs.jsonl"
-    if docs_path.is_file():
-        with docs_path.open(encoding="utf-8") as f:
-            texts = [json.loads(line)["text"] for _, line in zip(range(NUM_TOKENIZER_TEXTS), f, strict=False)]
-        if texts:
-            return texts
-    return list(FALLBACK_TEXTS) * 4
+    """``NUM_TOKENIZER_TEXTS`` English-like texts of mixed lengths, the same on every machine: the tiny
+    tokenizers are trained on them and several tests embed them.
+
+    Words are drawn by rank from the bundled MiniLM vocabulary (BERT's WordPiece vocabulary lists whole
+    words from the most frequent), with Zipf weights, sentence capitals, commas, numbers and a few hyphenated
+    words; the inline multilingual sentences come first. Nothing here reads ``../shared``, so a fresh clone
+    builds the same tokenizers as our machines do (stdlib ``random`` with a fixed seed: its stream is stable
+    across Python versions)."""
+    return list(_corpus())
+
+
+@functools.cache
+def _corpus() -> tuple[str, ...]:
+    vocab_path = Path(default_model_path()) / "vocab.txt"
+    words = [
+        word
+        for word in vocab_path.read_text(encoding="utf-8").split("\n")[FIRST_WORD_ID:]
+        if word.isalpha() and word.isascii()
+    ]
+    weights = [1.0 / (rank + 2.7) for rank in range(len(words))]
+    rng = random.Random(SEED)
+    texts = list(FALLBACK_TEXTS)
+    while len(texts) < NUM_TOKENIZER_TEXTS:
+        # mostly one to four sentences, now and then a long description (as in real documents)
+        num_sentences = rng.choice((1, 1, 2, 2, 3, 4, 6)) if rng.random() > 0.08 else rng.randint(10, 18)
+        texts.append(" ".join(_sentence(rng, words, weights) for _ in range(num_sentences)))
+    return tuple(texts)
+
+
+def _sentence(rng: random.Random, words: list[str], weights: list[float]) -> str:
+    picked = rng.choices(words, cum_weights=list(itertools.accumulate(weights)), k=rng.randint(4, 22))
+    for i in range(1, len(picked)):
+        roll = rng.random()
+        if roll < 0.06:
+            picked[i] += ","
+        elif roll < 0.09:
+            picked[i] = f"{picked[i]}-{rng.choice(words[:2000])}"
+        elif roll < 0.11:
+            picked[i] = rng.choice((str(rng.randint(2, 2030)), f"{rng.randint(0, 9)}.{rng.randint(0, 99)}"))
+    picked[0] = picked[0].capitalize()
+    return " ".join(picked).rstrip(",") + rng.choice((".", ".", ".", "?", "!"))
 
 
 def _randomize_(model: torch.nn.Module, seed: int) -> None:

@@ -182,6 +182,7 @@ class ModelConfig:
     prompts: dict[str, str] = field(default_factory=dict)
     default_prompt_name: str | None = None
     served_model_name: str | None = None
+    model_revision: str | None = None  # the Hub commit served (a model by Hub id); None: a local folder
     # score task: activation on the classifier's logits, and how an over-long pair is cut
     score_activation: str = "sigmoid"
     pair_truncation: str = "longest_first"

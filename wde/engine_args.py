@@ -180,7 +180,7 @@ class EngineArgs:
 
         # 1. the model directory and what it says about itself
         self._verify_cache_size()
-        model_path = self._resolve_model_path()
+        model_path, model_revision = self._resolve_model_path()
         info = read_model_info(model_path, self._resolve_tokenizer_path(model_path), self.task)
         if self.score_instruction is not None and info.pair_template is None:
             raise ValueError(
@@ -225,6 +225,7 @@ class EngineArgs:
                 dense_layers=info.dense_layers,
                 default_prompt_name=info.default_prompt_name,
                 served_model_name=self.served_model_name or _default_served_name(self.model, model_path),
+                model_revision=model_revision,
                 score_activation=self.score_activation or info.default_score_activation(),
                 pair_truncation=self.pair_truncation,
                 pair_template=info.pair_template,
@@ -290,14 +291,17 @@ class EngineArgs:
         if isinstance(size, bool) or not isinstance(size, (int, float)) or not size >= 0:
             raise ValueError(f"cache_size must be a number of MiB >= 0 (0: no result cache), got {size!r}")
 
-    def _resolve_model_path(self) -> str:
-        """A local folder as it is; a Hub id (ORG/NAME) through the Hugging Face cache (wde/models/hub.py)."""
-        from wde.models.hub import read_token_file, resolve_model_path
+    def _resolve_model_path(self) -> tuple[str, str | None]:
+        """(the model folder, its Hub commit): a local folder as it is (no commit); a Hub id (ORG/NAME)
+        through the Hugging Face cache (wde/models/hub.py), whose snapshot folder is named by the commit."""
+        from wde.models.hub import read_token_file, resolve_model_path, snapshot_commit
 
         if self.model is None:
-            return default_model_path()
+            return default_model_path(), None
         token = read_token_file(self.hf_token_file) if self.hf_token_file else None
-        return resolve_model_path(self.model, self.revision, token)
+        path = resolve_model_path(self.model, self.revision, token)
+        is_local = Path(self.model).expanduser().is_dir()
+        return path, None if is_local else snapshot_commit(path)
 
     def _resolve_tokenizer_path(self, model_path: str) -> str:
         if self.tokenizer is None:

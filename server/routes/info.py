@@ -71,7 +71,7 @@ def describe(state: AppState, model: ServedModel) -> dict:
     max_batch_tokens = scheduler_config.max_num_batched_tokens
     return {
         "model_id": model.name,
-        "model_sha": None,
+        "model_sha": model_config.model_revision,  # the Hub commit; null for a local folder
         "model_dtype": model_config.dtype,
         "quantization": model_config.quantization,
         "model_type": _model_type(model_config),

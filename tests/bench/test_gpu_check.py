@@ -4,6 +4,7 @@ with ``--device cpu --smoke`` (tiny sizes) against sentence-transformers on the 
 
 from __future__ import annotations
 
+import json
 import re
 import shutil
 import subprocess
@@ -14,6 +15,7 @@ import pytest
 import torch
 
 from benchmarks import gpu_check, gpu_modes
+from tests.tiny_models import training_texts
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 NO_CUDA = "gpu-check: no CUDA device is present"
@@ -61,14 +63,32 @@ def test_junit_summary_counts_and_names_failures(tmp_path: Path) -> None:
     assert "did not finish" in gpu_check.test_summary(tmp_path / "missing.xml")[0]
 
 
-def test_bench_smoke_path_on_cpu(tmp_path: Path) -> None:
+@pytest.fixture
+def data_dir(tmp_path: Path) -> Path:
+    """docs.jsonl and queries.jsonl of the test corpus: the smoke runs never need ``../shared``."""
+    folder = tmp_path / "data"
+    folder.mkdir()
+    texts = training_texts()
+    for name, records in (
+        ("docs.jsonl", texts[8:72]),
+        ("queries.jsonl", [t.split(".")[0] for t in texts[:64]]),
+    ):
+        (folder / name).write_text("".join(json.dumps({"text": text}) + "\n" for text in records))
+    return folder
+
+
+def data_args(data_dir: Path) -> list[str]:
+    return ["--docs", str(data_dir / "docs.jsonl"), "--queries", str(data_dir / "queries.jsonl")]
+
+
+def test_bench_smoke_path_on_cpu(tmp_path: Path, data_dir: Path) -> None:
     """One tiny random BERT, one backend, no server: the rows carry tokens/s and the embeddings equal
     sentence-transformers' on the same weights."""
     report = tmp_path / "bench.md"
     gpu_modes.main(
         [
             *("--device", "cpu", "--smoke", "--models", "tiny", "--backends", "torch_sdpa", "--no-server"),
-            *("--limit", "6", "--out", str(report)),
+            *("--limit", "6", "--out", str(report), *data_args(data_dir)),
         ]
     )
     text = report.read_text()
@@ -84,11 +104,13 @@ def test_bench_smoke_path_on_cpu(tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
-def test_bench_smoke_path_with_the_server_on_cpu(tmp_path: Path) -> None:
+def test_bench_smoke_path_with_the_server_on_cpu(tmp_path: Path, data_dir: Path) -> None:
     """The whole smoke run: the bundled model too, and wde serve at concurrency 64 (one text and 32 per
     request) against in-process."""
     report = tmp_path / "bench.md"
-    gpu_modes.main(["--device", "cpu", "--smoke", "--backends", "torch_sdpa", "--out", str(report)])
+    gpu_modes.main(
+        ["--device", "cpu", "--smoke", "--backends", "torch_sdpa", "--out", str(report), *data_args(data_dir)]
+    )
     text = report.read_text()
     assert "## all-MiniLM-L6-v2 (bundled)" in text
     server_rows = [line for line in text.splitlines() if re.match(r"\| (1|32) \| 16 \|", line)]
@@ -97,11 +119,13 @@ def test_bench_smoke_path_with_the_server_on_cpu(tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
-def test_gpu_check_code_path_on_cpu(tmp_path: Path) -> None:
+def test_gpu_check_code_path_on_cpu(tmp_path: Path, data_dir: Path) -> None:
     """``--device cpu``: install step, tests/gpu (all skip here), a smoke bench, one report."""
     bench = ["--models", "tiny", "--no-server", "--backends", "torch_sdpa"]
+    out = tmp_path / "out"
     result = subprocess.run(
-        [sys.executable, "-m", "benchmarks.gpu_check", "--device", "cpu", "--out", str(tmp_path)]
+        [sys.executable, "-m", "benchmarks.gpu_check", "--device", "cpu", "--out", str(out)]
+        + ["--data", str(data_dir)]
         + [f"--bench-arg={arg}" for arg in bench],
         cwd=REPO_ROOT,
         capture_output=True,
@@ -109,11 +133,11 @@ def test_gpu_check_code_path_on_cpu(tmp_path: Path) -> None:
         timeout=600,
     )
     assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
-    report = (tmp_path / "gpu-report.md").read_text()
+    report = (out / "gpu-report.md").read_text()
     assert re.search(r"^0 passed, 0 failed, 0 errors, \d+ skipped$", report, re.MULTILINE)
     assert "| wde torch_sdpa | float32 | none |" in report
     assert {"gpu-report.md", "gpu-tests.xml", "gpu-tests.log", "gpu-bench.md", "gpu-bench.log"} <= {
-        path.name for path in tmp_path.iterdir()
+        path.name for path in out.iterdir()
     }
 
 

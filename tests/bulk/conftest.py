@@ -12,18 +12,14 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from tests.shared_data import SHARED_DATA
+from tests.shared_data import read_records
 
 MIN_COSINE = 0.99999
 NUM_DOCS = 128
 
 
 def read_docs(limit: int) -> list[dict]:
-    path = SHARED_DATA / "docs.jsonl"
-    if not path.exists():
-        pytest.skip(f"{path} not found (the shared data set sits beside the repository)")
-    with path.open(encoding="utf-8") as f:
-        return [json.loads(line) for _, line in zip(range(limit), f, strict=False)]
+    return read_records("docs.jsonl", limit)
 
 
 def write_jsonl(path: Path, records: list[dict]) -> Path:

@@ -12,6 +12,7 @@ import pytest
 
 from server import cli
 from tests.bulk.conftest import assert_equals_reference, read_output, write_input, write_jsonl
+from tests.tiny_models import training_texts
 from wde.bulk import embed
 from wde.bulk.journal import Journal
 from wde.bulk.manifest import MANIFEST_NAME, FingerprintMismatchError
@@ -20,6 +21,7 @@ from wde.bulk.record_digest import ChangedRecordsError
 CHUNK_SIZE = 32
 
 
+@pytest.mark.shared_data
 def test_output_equals_llm_encode(tmp_path, docs, reference, default_llm) -> None:
     out = tmp_path / "out"
     result = embed(write_jsonl(tmp_path / "docs.jsonl", docs), out, chunk_size=CHUNK_SIZE, llm=default_llm)
@@ -35,6 +37,7 @@ def test_output_equals_llm_encode(tmp_path, docs, reference, default_llm) -> Non
     assert sorted(p.name for p in out.glob("part-*")) == [f"part-{i:06d}.parquet" for i in range(4)]
 
 
+@pytest.mark.shared_data
 def test_a_rerun_embeds_only_the_missing_parts(tmp_path, docs, reference, default_llm) -> None:
     source, out = write_jsonl(tmp_path / "docs.jsonl", docs), tmp_path / "out"
     embed(source, out, chunk_size=CHUNK_SIZE, llm=default_llm)
@@ -55,6 +58,7 @@ def test_a_rerun_embeds_only_the_missing_parts(tmp_path, docs, reference, defaul
     assert (again.num_embedded, again.num_skipped, again.num_parts_written) == (0, len(docs), 0)
 
 
+@pytest.mark.shared_data
 @pytest.mark.parametrize("format", ["jsonl", "csv", "parquet", "txt"])
 def test_each_input_format(tmp_path, format, docs, reference, default_llm) -> None:
     records = docs[:40]
@@ -67,6 +71,7 @@ def test_each_input_format(tmp_path, format, docs, reference, default_llm) -> No
     assert_equals_reference(table, ids, reference[: len(records)])
 
 
+@pytest.mark.shared_data
 def test_records_without_the_id_field_are_numbered(tmp_path, docs, reference, default_llm) -> None:
     records = [{"body": doc["text"]} for doc in docs[:20]]
     source = write_jsonl(tmp_path / "bodies.jsonl", records)
@@ -74,6 +79,7 @@ def test_records_without_the_id_field_are_numbered(tmp_path, docs, reference, de
     assert_equals_reference(read_output(tmp_path / "out"), list(range(20)), reference[:20])
 
 
+@pytest.mark.shared_data
 def test_an_output_of_other_settings_is_refused(tmp_path, docs, default_llm) -> None:
     source, out = write_jsonl(tmp_path / "docs.jsonl", docs[:20]), tmp_path / "out"
     embed(source, out, chunk_size=8, llm=default_llm)
@@ -87,6 +93,7 @@ def test_an_output_of_other_settings_is_refused(tmp_path, docs, default_llm) -> 
     assert sorted(out.glob("part-*")) == parts  # nothing written, nothing removed
 
 
+@pytest.mark.shared_data
 def test_the_command_refuses_with_one_line_and_exit_2(tmp_path, docs, capsys) -> None:
     source, out = write_jsonl(tmp_path / "docs.jsonl", docs[:10]), tmp_path / "out"
     assert cli.main(["embed", str(source), "--output", str(out), "--chunk-size", "4", "--no-progress"]) == 0
@@ -112,6 +119,7 @@ def test_bad_records_are_named(tmp_path, default_llm) -> None:
         embed(write_jsonl(tmp_path / "docs.data", [{"text": "a"}]), tmp_path / "out4", llm=default_llm)
 
 
+@pytest.mark.shared_data
 def test_parquet_parts_hold_float32_vectors(tmp_path, docs, default_llm) -> None:
     embed(write_jsonl(tmp_path / "d.jsonl", docs[:5]), tmp_path / "out", llm=default_llm)
     schema = pq.read_schema(tmp_path / "out" / "part-000000.parquet")
@@ -119,3 +127,22 @@ def test_parquet_parts_hold_float32_vectors(tmp_path, docs, default_llm) -> None
     assert str(schema.field("num_tokens").type) == "int32"
     frame = pd.read_parquet(tmp_path / "out")
     assert frame.shape == (5, 3) and np.asarray(frame.embedding[0]).shape == (384,)
+
+
+def test_limit_takes_the_first_records_and_a_later_run_resumes(tmp_path, default_llm) -> None:
+    """``--limit N``: the first N records; then the whole file resumes after them, and a smaller limit on a
+    finished output embeds nothing and keeps every row."""
+    records = [{"id": f"t{i}", "text": text} for i, text in enumerate(training_texts()[:40])]
+    source, out = write_jsonl(tmp_path / "texts.jsonl", records), tmp_path / "out"
+    argv = ["embed", str(source), "-o", str(out), "--no-progress", "--chunk-size", "8"]
+    assert cli.main([*argv, "--limit", "12"]) == 0
+    assert read_output(out).column("id").to_pylist() == [record["id"] for record in records[:12]]
+    result = embed(source, out, chunk_size=8, llm=default_llm)
+    assert (result.num_records, result.num_skipped, result.num_embedded) == (40, 12, 28)
+    reference = default_llm.encode([record["text"] for record in records])
+    assert_equals_reference(read_output(out), [record["id"] for record in records], reference)
+    again = embed(source, out, chunk_size=8, limit=5, llm=default_llm)
+    assert (again.num_records, again.num_embedded) == (5, 0)
+    assert json.loads((out / MANIFEST_NAME).read_text())["num_rows"] == 40
+    with pytest.raises(ValueError, match="limit must be a positive number of records, got 0"):
+        embed(source, out, limit=0, llm=default_llm)

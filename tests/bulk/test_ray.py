@@ -20,7 +20,10 @@ from tests.bulk.conftest import (
 from wde.bulk import embed
 from wde.bulk.ray import WdeEmbedder
 
-pytestmark = pytest.mark.slow  # a local Ray cluster and its actors: tens of seconds
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.shared_data,
+]  # a local Ray cluster and its actors: tens of seconds
 
 CHUNK_SIZE = 32
 

@@ -15,7 +15,7 @@ import pytest
 from tests.bulk.conftest import assert_equals_reference, read_output, write_jsonl
 from wde.bulk.journal import Journal
 
-pytestmark = pytest.mark.slow  # two real `wde embed` processes
+pytestmark = [pytest.mark.slow, pytest.mark.shared_data]  # two real `wde embed` processes
 
 CHUNK_SIZE = 8
 NUM_PARTS_BEFORE_KILL = 4

@@ -122,9 +122,9 @@ def test_token_ids_too_long_without_truncation_fail_early(default_llm: LLM) -> N
 
 
 def test_sync_and_async_executors_give_identical_embeddings(default_llm: LLM) -> None:
-    from tests.shared_data import read_texts
+    from tests.tiny_models import training_texts
 
-    docs = read_texts("docs.jsonl", 300)
+    docs = training_texts()
     sync_llm = LLM(executor="sync", max_num_batched_tokens=2048)
     async_llm = LLM(executor="async", max_num_batched_tokens=2048)
     sync_out = embeddings(sync_llm.encode(docs))

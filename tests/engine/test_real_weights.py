@@ -7,7 +7,7 @@ import pytest
 
 from tests.shared_data import read_texts
 
-pytestmark = pytest.mark.slow  # real weights on real data: tens of seconds
+pytestmark = [pytest.mark.slow, pytest.mark.shared_data]  # real weights on real data: tens of seconds
 
 MIN_COSINE = 0.99999
 MAX_ABS_DIFF = 1e-5

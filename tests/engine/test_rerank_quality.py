@@ -11,7 +11,7 @@ import pytest
 from benchmarks.rerank_quality import mrr_at_10, recall_at_1, reference_rankings
 from tests.shared_data import read_rerank
 
-pytestmark = pytest.mark.slow  # real weights on real data: tens of seconds
+pytestmark = [pytest.mark.slow, pytest.mark.shared_data]  # real weights on real data: tens of seconds
 
 NUM_QUERIES = 12
 

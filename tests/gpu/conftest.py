@@ -5,14 +5,12 @@ carried to a GPU machine, where ``../shared`` and that package's 83 MB wheel do 
 
 from __future__ import annotations
 
-import json
 import os
-from pathlib import Path
 
 import pytest
 import torch
 
-from tests.shared_data import SHARED_DATA
+from tests.shared_data import read_texts
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -20,23 +18,16 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in items:
         if "tests/gpu/" in item.nodeid:
             item.add_marker(pytest.mark.gpu)
+            if "texts" in getattr(item, "fixturenames", ()):
+                item.add_marker(pytest.mark.shared_data)
             if not torch.cuda.is_available():
                 item.add_marker(skip)
-
-
-def read_gpu_texts(name: str, limit: int) -> list[str]:
-    """The first ``limit`` texts of a shared data file; skips the test when the file is nowhere."""
-    path = Path(os.environ.get("WDE_SHARED_DATA") or SHARED_DATA) / name
-    if not path.is_file():
-        pytest.skip(f"{path} not found (the shared data set; set WDE_SHARED_DATA to its folder)")
-    with path.open(encoding="utf-8") as f:
-        return [json.loads(line)["text"] for _, line in zip(range(limit), f, strict=False)]
 
 
 @pytest.fixture(scope="session")
 def texts() -> list[str]:
     """200 docs.jsonl texts: mixed lengths, a few past the bundled model's 256 tokens."""
-    return read_gpu_texts("docs.jsonl", 200)
+    return read_texts("docs.jsonl", 200)
 
 
 @pytest.fixture(scope="session")

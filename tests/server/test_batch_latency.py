@@ -23,7 +23,7 @@ from tests.server.test_batch_api import embedding_line, jsonl
 from tests.server.test_batch_restart import poll
 from tests.shared_data import read_texts
 
-pytestmark = pytest.mark.slow  # a real server, ~20 s
+pytestmark = [pytest.mark.slow, pytest.mark.shared_data]  # a real server, ~20 s
 
 NUM_BATCH_LINES = 2000
 NUM_QUERIES = 60

@@ -19,7 +19,10 @@ from tests.server.serve_process import serve_process
 from tests.server.test_batch_api import FINISHED, embedding_line, jsonl, records
 from tests.shared_data import read_texts
 
-pytestmark = pytest.mark.slow  # two real servers, 600 documents embedded twice: about half a minute
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.shared_data,
+]  # two real servers, 600 documents embedded twice: about half a minute
 
 NUM_LINES = 600
 MIN_ANSWERED_BEFORE_KILL = 100

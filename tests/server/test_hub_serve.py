@@ -6,12 +6,16 @@ local endpoint twice (the second start downloads nothing)."""
 
 from __future__ import annotations
 
+import json
+import os
 import shutil
+import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
 import numpy as np
+import pyarrow.parquet as pq
 import pytest
 
 from server import cli
@@ -26,8 +30,11 @@ from tests.hub_cache import (
     write_hub_cache,
 )
 from tests.local_hub import HubRepo, LocalHub, local_hub
-from tests.server.serve_process import TIMEOUT, serve_process
+from tests.server.conftest import asgi_client
+from tests.server.serve_process import TIMEOUT, serve_process, wde_command
+from wde import LLM
 from wde.engine_args import EngineArgs, default_model_path
+from wde.entrypoints.async_llm_engine import AsyncLLMEngine
 from wde.models.hub import HubModelError, resolve_model_path
 
 REPO_ID = "wde-tests/tiny-bert"
@@ -102,6 +109,40 @@ def test_revision_selects_the_tagged_commit(
     assert Path(entry.create_engine_config().model_config.model).name == folder_commit(repo_dirs["main"])
 
 
+@pytest.mark.anyio
+async def test_info_reports_the_served_commit(hub: LocalHub, repo_dirs: dict[str, Path]) -> None:
+    """TEI's ``model_sha``: the Hub commit the revision resolved to; null for a local folder."""
+    for model, revision, want in (
+        (REPO_ID, "v2", folder_commit(repo_dirs["v2"])),
+        (REPO_ID, None, folder_commit(repo_dirs["main"])),
+        (str(repo_dirs["main"]), None, None),
+    ):
+        engine = AsyncLLMEngine(EngineArgs(model=model, revision=revision))
+        engine.start()
+        try:
+            engine.wait_until_ready(timeout=120)
+            async with asgi_client(engine) as (client, _):
+                info = (await client.get("/info")).json()
+        finally:
+            engine.shutdown(timeout=60)
+        assert info["model_sha"] == want and info["model_id"] == model
+
+
+def test_embed_resolves_a_hub_model_once(hub: LocalHub, tmp_path: Path) -> None:
+    """``wde embed --model ORG/NAME`` of a cached model: one revision look-up, the model loaded from that
+    snapshot."""
+    snapshot = resolve_model_path(REPO_ID)  # downloaded: later starts only look the revision up
+    source = tmp_path / "texts.jsonl"
+    source.write_text("".join(json.dumps({"id": i, "text": text}) + "\n" for i, text in enumerate(TEXTS)))
+    out = tmp_path / "out"
+    num_requests = len(hub.requests)
+    assert cli.main(["embed", str(source), "-o", str(out), "--model", REPO_ID, "--no-progress"]) == 0
+    assert hub.requests[num_requests:] == [("GET", f"/api/models/{REPO_ID}/revision/main")]
+    want = np.stack([o.embedding for o in LLM(snapshot).encode(TEXTS)])
+    got = np.stack(pq.read_table(out).column("embedding").to_numpy(zero_copy_only=False))
+    np.testing.assert_allclose(got, want, rtol=0, atol=TOLERANCE)
+
+
 def test_gated_repo_names_hf_token_and_opens_with_the_token(hub: LocalHub, tmp_path: Path) -> None:
     with pytest.raises(HubModelError, match=r"gated.*set HF_TOKEN"):
         resolve_model_path(GATED_ID)
@@ -129,6 +170,24 @@ def test_unknown_repo_and_revision_are_not_found(hub: LocalHub, capsys: pytest.C
     with pytest.raises(HubModelError, match=r"has no revision .v9. \(not found\)"):
         resolve_model_path(REPO_ID, revision="v9")
     assert hub.downloads() == []
+
+
+def test_a_failed_start_shows_only_wdes_line(hub: LocalHub, tmp_path: Path) -> None:
+    """In a process of its own (the log configured as `wde serve` does): no HTTP-client line per Hub
+    request above the error at the default level; ``--log-level debug`` shows them."""
+    for log_level, want_lines in (("info", 1), ("debug", None)):
+        result = subprocess.run(
+            [*wde_command(), "serve", "wde-tests/no-such-model", "--log-level", log_level],
+            capture_output=True,
+            text=True,
+            timeout=TIMEOUT,
+            env={**os.environ, "HF_ENDPOINT": hub.url, "HF_HOME": str(tmp_path / "hf")},
+        )
+        assert result.returncode == 2 and "wde serve: error: model 'wde-tests/no-such-model'" in result.stderr
+        if want_lines is not None:
+            assert result.stderr.startswith("wde serve: error: ") and result.stderr.count("\n") == want_lines
+        else:
+            assert "HTTP Request: GET" in result.stderr
 
 
 def test_model_id_and_its_environment_variable_are_aliases(monkeypatch: pytest.MonkeyPatch) -> None:

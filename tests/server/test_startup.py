@@ -4,6 +4,7 @@ fail in one line with exit code 2 before any port is bound or any weight is load
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import signal
@@ -67,12 +68,16 @@ def test_busy_port_fails_before_the_model_loads() -> None:
 
 @pytest.mark.slow  # a real `wde serve` process
 def test_ready_line_with_the_url_and_access_lines(tmp_path: Path) -> None:
+    """Polled while it loads, /health answers 503 (or nothing yet) and the log stays quiet: one INFO line
+    says the model is loading, no ERROR, no access line per probe."""
     with serve_process(tmp_path) as server:
         deadline = time.monotonic() + TIMEOUT
         ready = f"ready: serving sentence-transformers/all-MiniLM-L6-v2 at {server.url}"
         while ready not in server.log():
             assert server.process.poll() is None and time.monotonic() < deadline, server.log()
-            time.sleep(0.1)
+            with contextlib.suppress(httpx.TransportError):  # not listening yet
+                assert httpx.get(f"{server.url}/health", timeout=5).status_code in (200, 503)
+            time.sleep(0.02)
         assert (
             httpx.post(f"{server.url}/embed", json={"inputs": ["a", "b"]}, timeout=TIMEOUT).status_code == 200
         )
@@ -84,3 +89,24 @@ def test_ready_line_with_the_url_and_access_lines(tmp_path: Path) -> None:
     assert log.index(f"listening on {server.url}") < log.index("ready: serving")
     assert log.count("wde.access: POST /embed 200") == 1 and "inputs=2 tokens=6" in log
     assert log.count("wde.access: POST /embed 400") == 1 and "WARNING wde.access" in log
+    assert " ERROR " not in log and "wde.access: GET /health" not in log
+    assert [line for line in log.splitlines() if "loading" in line and " INFO " in line] == [
+        next(line for line in log.splitlines() if f"listening on {server.url}; loading" in line)
+    ]
+
+
+@pytest.mark.slow  # two real `wde serve` processes
+def test_two_servers_each_serve_the_batch_api_with_no_flags(tmp_path: Path) -> None:
+    """Without --batch-dir each server takes its port's folder under ~/.cache/wde/batches."""
+    home = tmp_path / "home"
+    kernels = os.environ.get("WDE_KERNEL_CACHE") or os.path.expanduser("~/.cache/wde/kernels")
+    env = {"HOME": str(home), "WDE_KERNEL_CACHE": kernels}  # the compiled attention kernel, not rebuilt
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    with serve_process(tmp_path / "a", env=env) as first, serve_process(tmp_path / "b", env=env) as second:
+        for server in (first, second):
+            server.wait_healthy()
+            files = httpx.get(f"{server.url}/v1/files", timeout=TIMEOUT)
+            assert files.status_code == 200, files.text
+            assert (home / ".cache" / "wde" / "batches" / f"port-{server.port}" / "lock").is_file()
+            assert "the Batch API is off" not in server.log()

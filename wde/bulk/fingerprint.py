@@ -18,8 +18,9 @@ from wde.bulk.readers import InputSpec
 from wde.config import ModelConfig
 
 HASH_BLOCK_BYTES = 1 << 20
-# settings["input"] keys that describe the file, not what its records make: not fingerprinted
-INPUT_FILE_KEYS = ("num_bytes", "sha256")
+# settings["input"] keys that describe the file or how much of it a run takes, not what its records make:
+# not fingerprinted (a changed file is checked part by part; a run with another --limit resumes)
+INPUT_FILE_KEYS = ("num_bytes", "sha256", "limit")
 WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt")
 
 
@@ -47,6 +48,7 @@ def fingerprint_settings(
             "sha256": file_sha256(spec.path),
             "text_field": spec.text_field,
             "id_field": spec.id_field,
+            "limit": spec.limit,
         },
         "model": {
             "architecture": model_config.architecture,

@@ -14,6 +14,8 @@ before anything is embedded or written.
 from __future__ import annotations
 
 import csv
+import dataclasses
+import itertools
 import json
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -44,6 +46,7 @@ class InputSpec:
     format: str
     text_field: str = "text"
     id_field: str | None = "id"
+    limit: int | None = None  # only the first ``limit`` records (None: all)
 
     @classmethod
     def create(
@@ -52,7 +55,10 @@ class InputSpec:
         text_field: str = "text",
         id_field: str | None = "id",
         format: str | None = None,
+        limit: int | None = None,
     ) -> InputSpec:
+        if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 1):
+            raise ValueError(f"limit must be a positive number of records, got {limit!r}")
         path = Path(path).expanduser().resolve()
         if not path.is_file():
             raise ValueError(f"input {path} is not a file")
@@ -65,7 +71,7 @@ class InputSpec:
                 )
         if format not in FORMATS:
             raise ValueError(f"input format {format!r} is not one of {', '.join(FORMATS)}")
-        spec = cls(path, format, text_field, id_field if format != "txt" else None)
+        spec = cls(path, format, text_field, id_field if format != "txt" else None, limit)
         return spec._with_present_id_field()
 
     @property
@@ -86,8 +92,12 @@ class InputSpec:
                 f"{', '.join(map(repr, first)) or 'none'}); pass --text-field"
             )
         if self.id_field is not None and self.id_field not in first:
-            return InputSpec(self.path, self.format, self.text_field, None)
+            return dataclasses.replace(self, id_field=None)
         return self
+
+    def whole(self) -> InputSpec:
+        """The same input without ``limit``."""
+        return dataclasses.replace(self, limit=None)
 
 
 @dataclass
@@ -160,9 +170,10 @@ def _check_unicode(where: str, text: str) -> None:
 
 
 def _records(spec: InputSpec) -> Iterator[Any]:
-    """dicts (jsonl, csv, parquet) or str lines (txt), in input order."""
+    """dicts (jsonl, csv, parquet) or str lines (txt), in input order; the first ``spec.limit`` only."""
     readers = {"jsonl": _jsonl, "csv": _csv, "parquet": _parquet, "txt": _txt}
-    return readers[spec.format](spec)
+    records = readers[spec.format](spec)
+    return records if spec.limit is None else itertools.islice(records, spec.limit)
 
 
 def _jsonl(spec: InputSpec) -> Iterator[dict[str, Any]]:

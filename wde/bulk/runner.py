@@ -97,6 +97,7 @@ def embed(
     text_field: str = "text",
     id_field: str | None = "id",
     input_format: str | None = None,
+    limit: int | None = None,
     chunk_size: int = DEFAULT_CHUNK_SIZE,
     dimensions: int | None = None,
     normalize: bool | None = None,
@@ -115,7 +116,9 @@ def embed(
     A second call with the same input, model and settings skips the ids already written (a killed run
     resumes and re-embeds at most the chunks it had in flight); the input may have changed meanwhile (a bad
     record fixed) as long as the records already written did not (else ``ChangedRecordsError``); other
-    settings raise ``FingerprintMismatchError``. A run that fails says why in ``OUT/_log.jsonl``.
+    settings raise ``FingerprintMismatchError``. ``limit`` takes only the first records (a first try of a
+    large file; a later run with a larger or no limit resumes). A run that fails says why in
+    ``OUT/_log.jsonl``.
     ``use_ray`` runs the embedding on Ray Data (an actor pool of ``num_actors`` engines, ``cpus_per_actor``
     each; the cluster of ``RAY_ADDRESS``, else a local one). Other keyword
     arguments are ``EngineArgs`` fields (``dtype``, ``max_num_batched_tokens``, ...); or pass ``llm``, an
@@ -124,13 +127,14 @@ def embed(
     if isinstance(chunk_size, bool) or not isinstance(chunk_size, int) or chunk_size < 1:
         raise ValueError(f"chunk_size must be a positive int, got {chunk_size!r}")
     # 1. the input, the model's settings and the fingerprint, all checked before a model loads
-    spec = InputSpec.create(input, text_field, id_field, input_format)
+    spec = InputSpec.create(input, text_field, id_field, input_format, limit)
     if spec.positional_ids and spec.format != "txt":
         logger.info("the records have no %r field: their ids are their positions (from 0)", id_field)
     if llm is not None and (use_ray or model is not None or engine_args):
         raise ValueError("pass either llm (a loaded LLM, in this process) or model and engine arguments")
     args = EngineArgs(model=model, **engine_args)
     model_config = llm.model_config if llm is not None else args.create_engine_config().model_config
+    local_args = _resolved(args, model_config)  # loads in this process without resolving a Hub id again
     _check_dense_embedder(model_config)
     options = EncodeOptions(dimensions, normalize, prompt_name)
     settings = fingerprint_settings(spec, model_config, options)
@@ -150,7 +154,7 @@ def embed(
                 "resuming: %d of %d records are in %d parts", len(done), num_records, len(out.parts.names)
             )
         out.journal.record("run", num_records=num_records, num_done=len(done), ray=use_ray)
-        progress = Progress(num_records - len(done), show_progress)
+        progress = Progress(max(num_records - len(done), 0), show_progress)  # done: a larger limit's, too
         sink = PartSink(out, progress)
         # 4. embed what is left
         timings: dict[str, float] = {}
@@ -162,11 +166,11 @@ def embed(
                     spec, args, options, chunk_size, num_records, done, sink, num_actors, cpus_per_actor
                 )
             elif len(done) < num_records:
-                timings = _embed_in_process(spec, llm or args, options, chunk_size, done, sink)
+                timings = _embed_in_process(spec, llm or local_args, options, chunk_size, done, sink)
         finally:
             progress.close()
-        # 5. every record written: say so in the manifest
-        out.mark_complete(num_records, out.parts.embedding_dim())
+        # 5. every record written: say so in the manifest (rows: parts of a run with a larger limit count)
+        out.mark_complete(len(done) + progress.num_done, out.parts.embedding_dim())
         out.journal.record("finished", num_parts=len(out.parts.names), seconds=round(progress.seconds, 3))
     except BaseException as e:  # Ctrl-C included: the log says how the run ended
         out.journal.record("failed", error=f"{type(e).__name__}: {e}")
@@ -209,6 +213,15 @@ def _embed_in_process(
         num_tokens = np.array([output.num_tokens for output in outputs], dtype=np.int32)  # [num_texts]
         sink.write(chunk.ids, chunk.texts, embeddings, num_tokens)
     return timings
+
+
+def _resolved(args: EngineArgs, model_config: ModelConfig) -> EngineArgs:
+    """``args`` naming the model folder already resolved (a Hub id's snapshot) and its served name. Ray
+    actors keep the Hub id: each resolves it on its own node, where the driver's cache may not be."""
+    if args.model is None or Path(args.model).expanduser().is_dir():
+        return args
+    served_name = args.served_model_name or model_config.served_model_name
+    return dataclasses.replace(args, model=model_config.model, revision=None, served_model_name=served_name)
 
 
 def _check_dense_embedder(model_config: ModelConfig) -> None:

@@ -66,6 +66,7 @@ OTHER_WEIGHT_SUFFIXES = (".bin", ".safetensors", ".onnx", ".h5", ".msgpack", ".o
 FILELESS_MODULES = ("Normalize",)
 # the packages whose exceptions mean "the Hub cannot be reached" (huggingface_hub 2.x, 1.x, 0.x)
 HTTP_CLIENTS = ("httpx2", "httpx", "requests", "urllib3")
+COMMIT = re.compile(r"[0-9a-f]{40}")  # a git commit hash, as the Hub names snapshot folders
 REPO_ID = re.compile(r"[A-Za-z0-9][\w.-]*(/[A-Za-z0-9][\w.-]*)?")
 
 
@@ -109,6 +110,14 @@ def resolve_model_path(name_or_path: str, revision: str | None = None, token: st
     # 2. the Hub, through huggingface_hub's cache
     with _hub_errors(name_or_path, revision, token):
         return _download_snapshot(name_or_path, revision, token)
+
+
+def snapshot_commit(snapshot: str) -> str | None:
+    """The commit a huggingface_hub cache snapshot folder holds (``.../snapshots/<commit>``); None for a
+    folder laid out otherwise."""
+    path = Path(snapshot)
+    is_commit = COMMIT.fullmatch(path.name) is not None
+    return path.name if is_commit and path.parent.name == "snapshots" else None
 
 
 def needed_files(repo_files: Iterable[str], module_folders: Iterable[str]) -> list[str]:
