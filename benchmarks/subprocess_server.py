@@ -31,15 +31,16 @@ def serving(
     env: dict[str, str] | None = None,
     cwd: str | None = None,
     log_path: Path | None = None,
-) -> Iterator[None]:
-    """``log_path``: keep the server's output in this file (read it after the block), else a temporary one."""
+) -> Iterator[subprocess.Popen[bytes]]:
+    """Yields the server's process once healthy. ``log_path``: keep the server's output in this file (read
+    it after the block), else a temporary one."""
     with log_path.open("w+b") if log_path is not None else tempfile.TemporaryFile() as log:
         process = subprocess.Popen(
             command, stdout=log, stderr=subprocess.STDOUT, env={**os.environ, **(env or {})}, cwd=cwd
         )
         try:
             _wait_healthy(name, process, health_url, startup_timeout_s, log)
-            yield
+            yield process
         finally:
             process.send_signal(signal.SIGTERM)
             try:

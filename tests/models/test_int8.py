@@ -13,6 +13,7 @@ import pytest
 
 from tests.server.conftest import asgi_client
 from tests.server.test_families import FAMILIES
+from tests.shared_data import read_texts
 from tests.tiny_models import training_texts
 from wde import LLM, EngineArgs
 from wde.entrypoints.async_llm_engine import AsyncLLMEngine
@@ -52,8 +53,9 @@ def int8_llm(default_model_path: str) -> LLM:
 
 
 @pytest.mark.slow
+@pytest.mark.shared_data  # accuracy on real text (the generated test corpus is out of distribution)
 def test_default_model_int8_close_to_float32(int8_llm: LLM, default_llm: LLM) -> None:
-    texts = training_texts()[:200]
+    texts = read_texts("docs.jsonl", 200)
     cosine = _cosines(_embeddings(int8_llm, texts), _embeddings(default_llm, texts))
     assert cosine.min() >= MIN_COSINE_REAL, f"min cosine {cosine.min():.5f}"
     assert cosine.mean() >= MEAN_COSINE_REAL, f"mean cosine {cosine.mean():.5f}"

@@ -120,14 +120,20 @@ def _timed_choice(linears: Sequence[nn.Linear], packed: Sequence[PackedLinear]) 
     return gemm
 
 
-def _untimed_choice(linears: Sequence[nn.Linear]) -> FloatGemm | None:
-    """The choice that needs no timing (``WDE_FLOAT_GEMM``, a CPU without oneDNN, no linears, layers of these
-    shapes measured before in this process); None when the two must be timed. Raises for a value it does
-    not know, or oneDNN forced where it cannot run."""
+def forced_float_gemm() -> str | None:
+    """The GEMM ``WDE_FLOAT_GEMM`` forces (one of FLOAT_GEMMS), None when unset; raises for another value."""
     forced = os.environ.get(GEMM_ENV, "").strip().lower()
     if forced and forced not in FLOAT_GEMMS:
         names = ", ".join(FLOAT_GEMMS)
         raise ValueError(f"{GEMM_ENV}={forced!r} is not one of {names}; unset it to choose by measurement")
+    return forced or None
+
+
+def _untimed_choice(linears: Sequence[nn.Linear]) -> FloatGemm | None:
+    """The choice that needs no timing (``WDE_FLOAT_GEMM``, a CPU without oneDNN, no linears, layers of these
+    shapes measured before in this process); None when the two must be timed. Raises for a value it does
+    not know, or oneDNN forced where it cannot run."""
+    forced = forced_float_gemm()
     if forced == "aten":
         return FloatGemm("aten", f"{GEMM_ENV}=aten")
     if not _on_x86_with_onednn():

@@ -6,15 +6,27 @@ import platform as py_platform
 
 import torch
 
-from wde.layers.packed_linear import pack_float_linears
+from wde.layers.packed_linear import GEMM_ENV, PackedLinear, forced_float_gemm, pack_float_linears
+from wde.layers.quantization.int8_linear import Int8Linear
 from wde.layers.quantization.quantize import block_linears
+from wde.request import Request
+from wde.worker.input_batch import InputBatch
 from wde.worker.memory_budget import ChosenBudget
 from wde.worker.model_runner import ModelRunnerBase
+from wde.worker.row_buckets import (
+    NUM_BUCKETS_TO_2048,
+    ROW_BUCKETS_ENV,
+    bucket_rows,
+    padding_lengths,
+    row_buckets_enabled,
+)
 
 logger = logging.getLogger(__name__)
 
 
 class CPUModelRunner(ModelRunnerBase):
+    pads_to_row_buckets = False  # set by load_model: the batch is padded to a row bucket (row_buckets.py)
+
     def _cache_device_properties(self) -> None:
         isa = torch.backends.cpu.get_cpu_capability()
         self.device_properties = {
@@ -38,8 +50,55 @@ class CPUModelRunner(ModelRunnerBase):
         if self.dtype != torch.float32 or self.model_config.quantization is not None:
             return
         assert self.model is not None  # load_model
+        if not row_buckets_enabled() and forced_float_gemm() is None:
+            logger.info(
+                "float32 GEMM aten: row buckets are off (%s=0), and oneDNN's packed GEMM would then build a "
+                "primitive per batch shape, memory that grows under load (%s=onednn_packed forces it)",
+                ROW_BUCKETS_ENV,
+                GEMM_ENV,
+            )
+            return
         gemm = pack_float_linears(block_linears(self.model))
-        logger.info("float32 GEMM %s: %s", gemm.name, gemm.why)
+        bounded = (
+            f"; row buckets bound its oneDNN primitives to {NUM_BUCKETS_TO_2048} token counts up to 2,048"
+        )
+        logger.info(
+            "float32 GEMM %s: %s%s", gemm.name, gemm.why, bounded if gemm.name == "onednn_packed" else ""
+        )
+
+    def load_model(self) -> None:
+        super().load_model()
+        why = self._per_shape_gemms()
+        self.pads_to_row_buckets = why is not None and row_buckets_enabled()
+        if why is None:
+            return
+        if self.pads_to_row_buckets:
+            logger.info("row buckets on: %s builds a oneDNN primitive per token count", why)
+        else:
+            logger.info(
+                "row buckets off (%s=0): %s builds a oneDNN primitive per token count", ROW_BUCKETS_ENV, why
+            )
+
+    def _per_shape_gemms(self) -> str | None:
+        """Which of this model's block GEMMs build a oneDNN primitive for every row count (memory that grows
+        with each new batch shape), or None where none does (aten's float32 GEMM, ``torch._int_mm``)."""
+        assert self.model is not None  # load_model
+        if self.dtype == torch.bfloat16:
+            return "bfloat16 (oneDNN's matmul)"
+        for module in self.model.modules():
+            if isinstance(module, PackedLinear):
+                return "the float32 GEMM onednn_packed"
+            if isinstance(module, Int8Linear) and module.gemm_name == "onednn_u8s8":
+                return "the int8 GEMM onednn_u8s8"
+        return None
+
+    def prepare_inputs(self, requests: list[Request]) -> InputBatch:
+        """The flat batch, padded with dummy sequences up to its row bucket where the GEMMs need it."""
+        if not self.pads_to_row_buckets:
+            return super().prepare_inputs(requests)
+        num_tokens = sum(request.num_tokens for request in requests)
+        padding = padding_lengths(bucket_rows(num_tokens) - num_tokens, self.model_config.max_model_len)
+        return InputBatch.build(requests, self.backend, self.device, padding)
 
     def profile_run(self) -> ChosenBudget:
         """With a fixed budget a short warm-up is enough on CPU (it builds the oneDNN/MKL kernels before the

@@ -1,4 +1,5 @@
-"""The flat batch a forward pass runs on: all sequences' tokens back to back, no padding."""
+"""The flat batch a forward pass runs on: all sequences' tokens back to back, no padding between them; on
+CPU, dummy sequences after them may round the token count up to a row bucket (wde/worker/row_buckets.py)."""
 
 from __future__ import annotations
 
@@ -31,49 +32,68 @@ class InputBatch:
     attn_metadata: AttentionMetadata
     pooling_metadata: PoolingMetadata
     params: list[PoolingParams]  # per request, in batch order
+    num_padding_tokens: int = (
+        0  # dummy tokens after the real ones (their own sequences), dropped before pooling
+    )
 
     @property
     def num_tokens(self) -> int:
-        return self.input_ids.shape[0]
+        """The real tokens: the model runs on ``num_tokens + num_padding_tokens`` rows."""
+        return self.input_ids.shape[0] - self.num_padding_tokens
 
     @classmethod
     def build(
-        cls, requests: list[Request], backend_cls: type[AttentionBackend], device: torch.device
+        cls,
+        requests: list[Request],
+        backend_cls: type[AttentionBackend],
+        device: torch.device,
+        padding_lens: list[int] | None = None,
     ) -> InputBatch:
-        seq_lens = [request.num_tokens for request in requests]
-        num_tokens = sum(seq_lens)
-        # 1. token ids, back to back
-        input_ids = np.fromiter(
+        """``padding_lens``: dummy sequences (token id 0, positions from 0, fully attended) after the
+        requests', so that the model runs on a row bucket (``wde/worker/row_buckets.py``)."""
+        real_lens = [request.num_tokens for request in requests]
+        num_tokens = sum(real_lens)
+        padding_lens = padding_lens or []
+        seq_lens = real_lens + padding_lens
+        num_rows = num_tokens + sum(padding_lens)
+        # 1. token ids, back to back (dummy sequences: zeros)
+        input_ids = np.zeros(num_rows, np.int64)
+        input_ids[:num_tokens] = np.fromiter(
             (token_id for request in requests for token_id in request.token_ids or ()), np.int64, num_tokens
         )
         # 2. positions restart at 0 for every sequence
         lens = np.asarray(seq_lens, dtype=np.int64)
         starts = np.cumsum(lens) - lens
-        positions = np.arange(num_tokens, dtype=np.int64) - np.repeat(starts, lens)
+        positions = np.arange(num_rows, dtype=np.int64) - np.repeat(starts, lens)
         # 3. segment ids only where some request has a second segment
         token_type_ids = None
         if any(request.token_type_ids and any(request.token_type_ids) for request in requests):
-            token_type_ids = to_device(
-                np.fromiter(
-                    (
-                        type_id
-                        for request in requests
-                        for type_id in (request.token_type_ids or [0] * request.num_tokens)
-                    ),
-                    np.int64,
-                    num_tokens,
+            type_ids = np.zeros(num_rows, np.int64)
+            type_ids[:num_tokens] = np.fromiter(
+                (
+                    type_id
+                    for request in requests
+                    for type_id in (request.token_type_ids or [0] * request.num_tokens)
                 ),
-                device,
+                np.int64,
+                num_tokens,
             )
+            token_type_ids = to_device(type_ids, device)
         input_ids_on_device = to_device(input_ids, device)
+        num_keys = _num_keys(requests)
         return cls(
             request_ids=[request.request_id for request in requests],
             input_ids=input_ids_on_device,
             positions=to_device(positions, device),
             token_type_ids=token_type_ids,
-            attn_metadata=backend_cls.build_metadata(seq_lens, device, _num_keys(requests)),
-            pooling_metadata=PoolingMetadata.from_seq_lens(seq_lens, device, input_ids_on_device),
+            attn_metadata=backend_cls.build_metadata(
+                seq_lens, device, None if num_keys is None else num_keys + padding_lens
+            ),
+            pooling_metadata=PoolingMetadata.from_seq_lens(
+                real_lens, device, input_ids_on_device[:num_tokens]
+            ),
             params=[request.params for request in requests],
+            num_padding_tokens=num_rows - num_tokens,
         )
 
 

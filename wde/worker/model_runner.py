@@ -191,6 +191,7 @@ class ModelRunnerBase:
         else:
             with set_forward_context(batch.attn_metadata):
                 hidden = self.model(batch.input_ids, batch.positions, batch.token_type_ids)
+            hidden = hidden[: batch.num_tokens]  # without the row-bucket padding (CPU), when there is some
         return self.pooler(hidden, batch.pooling_metadata, batch.params)
 
     def capture_while_idle(self, is_idle: Callable[[], bool]) -> int:
