@@ -63,6 +63,7 @@ def soak(texts: list[str], num_requests: int, concurrency: int, env: dict[str, s
     with wde_server(env, ["--max-concurrent-requests", "4096"]) as (url, pid):
         idle = rss_mib(pid)
         lines += [f"idle RSS {idle:.0f} MiB", "", "| requests | RSS MiB | requests/s |", "|---|---|---|"]
+        print("\n".join(lines), flush=True)
         cycled = itertools.cycle(texts)
         readings: dict[int, float] = {}
         for done in range(SAMPLE_EVERY, num_requests + 1, SAMPLE_EVERY):
@@ -197,7 +198,7 @@ def main(argv: list[str] | None = None) -> None:
     print("\n".join(lines), flush=True)
     if "soak" not in args.skip:
         lines += soak(queries, args.requests, args.concurrency, env)
-        print("\n".join(lines[-2:]), flush=True)
+        print("\n".join(lines[-2:]), flush=True)  # the growth
     if "mixed" not in args.skip:
         mixed = mixed_round(MixedLoad(queries, documents), args.mixed_seconds, args.overload, env)
         lines += mixed

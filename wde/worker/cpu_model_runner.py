@@ -3,9 +3,11 @@ from __future__ import annotations
 import logging
 import os
 import platform as py_platform
+from collections.abc import Callable
 
 import torch
 
+from wde.layers.forward_context import set_forward_context
 from wde.layers.packed_linear import GEMM_ENV, PackedLinear, forced_float_gemm, pack_float_linears
 from wde.layers.quantization.int8_linear import Int8Linear
 from wde.layers.quantization.quantize import block_linears
@@ -14,6 +16,7 @@ from wde.worker.input_batch import InputBatch
 from wde.worker.memory_budget import ChosenBudget
 from wde.worker.model_runner import ModelRunnerBase
 from wde.worker.row_buckets import (
+    IDLE_WARM_MAX_ROWS,
     NUM_BUCKETS_TO_2048,
     ROW_BUCKETS_ENV,
     bucket_rows,
@@ -26,6 +29,7 @@ logger = logging.getLogger(__name__)
 
 class CPUModelRunner(ModelRunnerBase):
     pads_to_row_buckets = False  # set by load_model: the batch is padded to a row bucket (row_buckets.py)
+    warm_buckets: set[int]  # the row buckets a forward has run on (their oneDNN primitives are built)
 
     def _cache_device_properties(self) -> None:
         isa = torch.backends.cpu.get_cpu_capability()
@@ -68,6 +72,7 @@ class CPUModelRunner(ModelRunnerBase):
 
     def load_model(self) -> None:
         super().load_model()
+        self.warm_buckets = set()
         why = self._per_shape_gemms()
         self.pads_to_row_buckets = why is not None and row_buckets_enabled()
         if why is None:
@@ -97,8 +102,40 @@ class CPUModelRunner(ModelRunnerBase):
         if not self.pads_to_row_buckets:
             return super().prepare_inputs(requests)
         num_tokens = sum(request.num_tokens for request in requests)
-        padding = padding_lengths(bucket_rows(num_tokens) - num_tokens, self.model_config.max_model_len)
-        return InputBatch.build(requests, self.backend, self.device, padding)
+        bucket = bucket_rows(num_tokens)
+        self.warm_buckets.add(bucket)
+        return InputBatch.build(requests, self.backend, self.device, self._padding(bucket - num_tokens))
+
+    # ---- while the engine thread is idle (what CUDA graphs do on GPUs): the small buckets' primitives ----
+    def has_pending_captures(self) -> bool:
+        return bool(self._cold_buckets())
+
+    def capture_while_idle(self, is_idle: Callable[[], bool]) -> int:
+        """One forward of dummy sequences per row bucket up to ``IDLE_WARM_MAX_ROWS`` not run yet, smallest
+        first, while ``is_idle()``: a server builds the primitives of its interactive traffic while it waits
+        for it (memory flat from the start; no build on a request's path). Larger buckets, the throughput
+        work's, are built on first use. Returns how many buckets it ran."""
+        num_warmed = 0
+        with torch.inference_mode():
+            for bucket in self._cold_buckets():
+                if not is_idle():
+                    break
+                batch = InputBatch.build([], self.backend, self.device, self._padding(bucket))
+                with set_forward_context(batch.attn_metadata):
+                    self.model(batch.input_ids, batch.positions, batch.token_type_ids)  # type: ignore[misc]
+                self.warm_buckets.add(bucket)
+                num_warmed += 1
+        return num_warmed
+
+    def _cold_buckets(self) -> list[int]:
+        if not self.pads_to_row_buckets or self.model is None or self.budget is None:
+            return []  # before initialize() (its profile run sets the budget)
+        limit = min(IDLE_WARM_MAX_ROWS, self.budget.max_num_batched_tokens)
+        buckets = sorted({bucket_rows(num_rows) for num_rows in range(1, limit + 1)})
+        return [bucket for bucket in buckets if bucket not in self.warm_buckets and bucket <= limit]
+
+    def _padding(self, num_rows: int) -> list[int]:
+        return padding_lengths(num_rows, self.model_config.max_model_len)
 
     def profile_run(self) -> ChosenBudget:
         """With a fixed budget a short warm-up is enough on CPU (it builds the oneDNN/MKL kernels before the

@@ -14,6 +14,10 @@ before pooling. The real sequences' results do not change: a GEMM computes each 
 row, and attention stays within a sequence. Where the block GEMMs build no per-shape primitives (aten's
 float32 GEMM is MKL's; ``torch._int_mm`` showed no growth) the runner does not pad.
 
+A server's engine thread, while idle, runs the buckets up to ``IDLE_WARM_MAX_ROWS`` once, smallest first
+(``CPUModelRunner.capture_while_idle``, the hook idle-mode CUDA graphs use on GPUs): the primitives of its
+interactive traffic are built before that traffic comes, and its memory is flat from the start.
+
 Buckets: ``MIN_BUCKET_ROWS``, then ``STEPS_PER_OCTAVE`` evenly spaced counts per power of two: at most
 12.5% more rows (1025 -> 1152), ~4% on average; 57 buckets up to 2,048 tokens. ``WDE_ROW_BUCKETS=0`` turns
 the padding off (to measure what it costs); docs/benchmarks.md ("Row buckets") has the measurements.
@@ -24,6 +28,7 @@ from __future__ import annotations
 import os
 
 ROW_BUCKETS_ENV = "WDE_ROW_BUCKETS"
+IDLE_WARM_MAX_ROWS = 512  # buckets a server's engine runs once while idle (interactive traffic's sizes)
 MIN_BUCKET_ROWS = 16  # a one-text batch: padding a GEMM this small costs little beyond reading the weight
 STEPS_PER_OCTAVE = 8
 

@@ -13,7 +13,7 @@ import torch
 
 from tests.tiny_models import save_tiny_bert, training_texts
 from wde import LLM
-from wde.worker.row_buckets import MIN_BUCKET_ROWS, bucket_rows, padding_lengths
+from wde.worker.row_buckets import IDLE_WARM_MAX_ROWS, MIN_BUCKET_ROWS, bucket_rows, padding_lengths
 
 MAX_TOKENS = 2048
 TOLERANCE = 1e-5  # float32: the same rows through GEMMs of another row count
@@ -82,3 +82,21 @@ def test_a_stream_of_token_counts_builds_primitives_for_the_buckets_only(
     # the same stream without buckets: a primitive set per new token count, the growth the buckets bound
     unbounded = created_row_counts(packed_llm(bert_dir, monkeypatch, False), capfd)
     assert len(set(unbounded)) > 2 * len(set(bucketed)), (sorted(set(unbounded)), sorted(set(bucketed)))
+
+
+@pytest.mark.skipif(not torch.backends.mkldnn.is_available(), reason="torch is built without oneDNN")
+def test_idle_warm_up_builds_the_small_buckets_ahead_of_traffic(
+    bert_dir: Path, monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str]
+) -> None:
+    """What a server's engine thread does while it waits: the buckets up to IDLE_WARM_MAX_ROWS, smallest
+    first, stopping when work arrives; the traffic after builds nothing."""
+    llm = packed_llm(bert_dir, monkeypatch, True)
+    runner = llm.engine.runner
+    assert runner.has_pending_captures()
+    small = {bucket_rows(n) for n in range(1, IDLE_WARM_MAX_ROWS + 1)}
+    num_cold = len(small - runner.warm_buckets)  # the load's warm-up batch ran one
+    answers = iter([True, True, False])
+    assert runner.capture_while_idle(lambda: next(answers)) == 2  # stopped when is_idle() said no
+    assert runner.capture_while_idle(lambda: True) == num_cold - 2
+    assert not runner.has_pending_captures() and small <= runner.warm_buckets
+    assert all(rows > IDLE_WARM_MAX_ROWS for rows in created_row_counts(llm, capfd))  # the small ones: warm
