@@ -17,13 +17,11 @@ from tests.bulk.conftest import (
     write_input,
     write_jsonl,
 )
+from tests.tiny_models import training_texts
 from wde.bulk import embed
 from wde.bulk.ray import WdeEmbedder
 
-pytestmark = [
-    pytest.mark.slow,
-    pytest.mark.shared_data,
-]  # a local Ray cluster and its actors: tens of seconds
+pytestmark = pytest.mark.slow  # a local Ray cluster and its actors: tens of seconds
 
 CHUNK_SIZE = 32
 
@@ -37,6 +35,7 @@ def local_ray():
     ray.shutdown()
 
 
+@pytest.mark.shared_data
 def test_ray_gives_the_in_process_output(tmp_path, docs, reference, local_ray) -> None:
     out = tmp_path / "out"
     result = embed(write_jsonl(tmp_path / "docs.jsonl", docs), out, chunk_size=CHUNK_SIZE, use_ray=True)
@@ -45,6 +44,7 @@ def test_ray_gives_the_in_process_output(tmp_path, docs, reference, local_ray) -
     assert_equals_reference(read_output(out), [doc["id"] for doc in docs], reference)
 
 
+@pytest.mark.shared_data
 def test_ray_resumes_an_in_process_run(tmp_path, docs, reference, default_llm, local_ray) -> None:
     docs = [{"id": f"{i:04d}", "text": doc["text"]} for i, doc in enumerate(docs)]  # ids "0000": strings
     source, out = write_jsonl(tmp_path / "docs.jsonl", docs), tmp_path / "out"
@@ -56,12 +56,14 @@ def test_ray_resumes_an_in_process_run(tmp_path, docs, reference, default_llm, l
     assert_equals_reference(read_output(out), [doc["id"] for doc in docs], reference)
 
 
+@pytest.mark.shared_data
 def test_ray_numbers_txt_lines_like_the_in_process_run(tmp_path, docs, reference, local_ray) -> None:
     source = write_input(tmp_path, "txt", docs[:40])
     embed(source, tmp_path / "out", chunk_size=16, use_ray=True)
     assert_equals_reference(read_output(tmp_path / "out"), list(range(40)), reference[:40])
 
 
+@pytest.mark.shared_data
 def test_wde_embedder_in_a_user_pipeline(docs, reference, local_ray) -> None:
     dataset = local_ray.data.from_items([{"body": doc["text"], "row": i} for i, doc in enumerate(docs[:48])])
     dataset = dataset.map_batches(
@@ -78,6 +80,7 @@ def test_wde_embedder_in_a_user_pipeline(docs, reference, local_ray) -> None:
     assert [row["num_tokens"] for row in rows] == [output.num_tokens for output in reference[:48]]
 
 
+@pytest.mark.shared_data
 def test_ray_reads_csv_and_parquet_as_the_in_process_run(tmp_path, docs, default_llm, local_ray) -> None:
     records = [{"id": f"{i:03d}", "text": doc["text"]} for i, doc in enumerate(docs[:24])]
     records[3]["text"] = "a quoted text\nover two lines, with a comma"
@@ -93,6 +96,7 @@ def test_ray_reads_csv_and_parquet_as_the_in_process_run(tmp_path, docs, default
             assert num_tokens == expected[id_][1]
 
 
+@pytest.mark.shared_data
 @pytest.mark.parametrize("input_format", ["jsonl", "csv", "parquet"])
 def test_ray_reads_a_file_in_blocks_of_a_chunk(tmp_path, docs, input_format, local_ray) -> None:
     """The actor pool is handed whole blocks: one file read as one block would be embedded by one actor
@@ -105,3 +109,15 @@ def test_ray_reads_a_file_in_blocks_of_a_chunk(tmp_path, docs, input_format, loc
         blocks = _read(spec, CHUNK_SIZE, len(docs), done=set()).materialize()
     assert blocks.num_blocks() == len(docs) // CHUNK_SIZE
     assert sorted(blocks.to_pandas()["id"].tolist()) == sorted(str(doc["id"]) for doc in docs)
+
+
+def test_ray_takes_only_the_first_records_with_a_limit(tmp_path, default_llm, local_ray) -> None:
+    """``--limit`` on Ray: the driver reads the first records (Ray's readers would read them all)."""
+    records = [{"id": f"r{i}", "text": text} for i, text in enumerate(training_texts()[:30])]
+    source = write_jsonl(tmp_path / "texts.jsonl", records)
+    result = embed(source, tmp_path / "out", chunk_size=4, limit=10, use_ray=True)
+    assert (result.num_records, result.num_embedded) == (10, 10)
+    reference = default_llm.encode([record["text"] for record in records[:10]])
+    assert_equals_reference(
+        read_output(tmp_path / "out"), [record["id"] for record in records[:10]], reference
+    )

@@ -132,13 +132,13 @@ def _read(spec: InputSpec, chunk_size: int, num_records: int, done: set[Any]) ->
     import pyarrow as pa
     import ray
 
-    if spec.positional_ids:
+    if spec.positional_ids or spec.limit is not None:  # the driver reads them (a --limit: the first ones)
         tables = [
             pa.table({"id": chunk.ids, "text": chunk.texts}) for chunk in read_chunks(spec, chunk_size, done)
         ]
         return ray.data.from_arrow(tables)
     path = str(spec.path)
-    assert spec.id_field is not None  # positional ids were read above
+    assert spec.id_field is not None  # positional ids (and a limit) were read above
     num_blocks = max(1, math.ceil(num_records / chunk_size))
     if spec.format == "jsonl":
         # lines=False is pyarrow's reader, which reads JSON lines and keeps "001" a string (lines=True is

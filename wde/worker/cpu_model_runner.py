@@ -120,10 +120,17 @@ class CPUModelRunner(ModelRunnerBase):
             for bucket in self._cold_buckets():
                 if not is_idle():
                     break
+                self.warm_buckets.add(bucket)  # tried once, whatever happens
                 batch = InputBatch.build([], self.backend, self.device, self._padding(bucket))
-                with set_forward_context(batch.attn_metadata):
-                    self.model(batch.input_ids, batch.positions, batch.token_type_ids)  # type: ignore[misc]
-                self.warm_buckets.add(bucket)
+                try:
+                    with set_forward_context(batch.attn_metadata):
+                        self.model(batch.input_ids, batch.positions, batch.token_type_ids)  # type: ignore[misc]
+                except Exception as e:  # a warm-up costs a first request's speed at worst, never the engine
+                    logger.warning(
+                        "row bucket warm-up stopped at %d tokens (%s); the rest build on first use", bucket, e
+                    )
+                    self.warm_buckets.update(self._cold_buckets())
+                    break
                 num_warmed += 1
         return num_warmed
 
