@@ -3,6 +3,7 @@ from __future__ import annotations
 import logging
 import os
 import platform as py_platform
+import time
 from collections.abc import Callable
 
 import torch
@@ -20,6 +21,7 @@ from wde.worker.row_buckets import (
     NUM_BUCKETS_TO_2048,
     ROW_BUCKETS_ENV,
     bucket_rows,
+    buckets_up_to,
     padding_lengths,
     row_buckets_enabled,
 )
@@ -30,6 +32,7 @@ logger = logging.getLogger(__name__)
 class CPUModelRunner(ModelRunnerBase):
     pads_to_row_buckets = False  # set by load_model: the batch is padded to a row bucket (row_buckets.py)
     warm_buckets: set[int]  # the row buckets a forward has run on (their oneDNN primitives are built)
+    warm_up_seconds = 0.0  # the idle warm-up's forwards so far
 
     def _cache_device_properties(self) -> None:
         isa = torch.backends.cpu.get_cpu_capability()
@@ -115,7 +118,7 @@ class CPUModelRunner(ModelRunnerBase):
         first, while ``is_idle()``: a server builds the primitives of its interactive traffic while it waits
         for it (memory flat from the start; no build on a request's path). Larger buckets, the throughput
         work's, are built on first use. Returns how many buckets it ran."""
-        num_warmed = 0
+        num_warmed, start = 0, time.perf_counter()
         with torch.inference_mode():
             for bucket in self._cold_buckets():
                 if not is_idle():
@@ -132,14 +135,21 @@ class CPUModelRunner(ModelRunnerBase):
                     self.warm_buckets.update(self._cold_buckets())
                     break
                 num_warmed += 1
+        self.warm_up_seconds += time.perf_counter() - start
+        if num_warmed and not self._cold_buckets():
+            logger.info(
+                "row buckets up to %d tokens built while idle (%.2f s of forwards)",
+                IDLE_WARM_MAX_ROWS,
+                self.warm_up_seconds,
+            )
         return num_warmed
 
     def _cold_buckets(self) -> list[int]:
-        if not self.pads_to_row_buckets or self.model is None or self.budget is None:
+        """The buckets up to IDLE_WARM_MAX_ROWS (and the token budget) no forward has run on, ascending."""
+        if not self.pads_to_row_buckets or self.budget is None:
             return []  # before initialize() (its profile run sets the budget)
         limit = min(IDLE_WARM_MAX_ROWS, self.budget.max_num_batched_tokens)
-        buckets = sorted({bucket_rows(num_rows) for num_rows in range(1, limit + 1)})
-        return [bucket for bucket in buckets if bucket not in self.warm_buckets and bucket <= limit]
+        return [bucket for bucket in buckets_up_to(limit) if bucket not in self.warm_buckets]
 
     def _padding(self, num_rows: int) -> list[int]:
         return padding_lengths(num_rows, self.model_config.max_model_len)

@@ -32,9 +32,8 @@ class InputBatch:
     attn_metadata: AttentionMetadata
     pooling_metadata: PoolingMetadata
     params: list[PoolingParams]  # per request, in batch order
-    num_padding_tokens: int = (
-        0  # dummy tokens after the real ones (their own sequences), dropped before pooling
-    )
+    # dummy tokens after the real ones (sequences of their own, for a row bucket), dropped before pooling
+    num_padding_tokens: int = 0
 
     @property
     def num_tokens(self) -> int:

@@ -25,6 +25,7 @@ the padding off (to measure what it costs); docs/benchmarks.md ("Row buckets") h
 
 from __future__ import annotations
 
+import functools
 import os
 
 ROW_BUCKETS_ENV = "WDE_ROW_BUCKETS"
@@ -47,7 +48,13 @@ def bucket_rows(num_rows: int) -> int:
     return -(-num_rows // step) * step
 
 
-NUM_BUCKETS_TO_2048 = len({bucket_rows(num_rows) for num_rows in range(1, 2049)})  # 57
+@functools.cache
+def buckets_up_to(max_rows: int) -> tuple[int, ...]:
+    """Every bucket of at most ``max_rows`` rows, ascending."""
+    return tuple(sorted(b for b in {bucket_rows(n) for n in range(1, max_rows + 1)} if b <= max_rows))
+
+
+NUM_BUCKETS_TO_2048 = len(buckets_up_to(2048))  # 57
 
 
 def padding_lengths(num_padding_tokens: int, max_len: int) -> list[int]:
