@@ -8,7 +8,6 @@ from collections.abc import Callable
 
 import torch
 
-from wde.layers.forward_context import set_forward_context
 from wde.layers.packed_linear import GEMM_ENV, PackedLinear, forced_float_gemm, pack_float_linears
 from wde.layers.quantization.int8_linear import Int8Linear
 from wde.layers.quantization.quantize import block_linears
@@ -126,8 +125,7 @@ class CPUModelRunner(ModelRunnerBase):
                 self.warm_buckets.add(bucket)  # tried once, whatever happens
                 batch = InputBatch.build([], self.backend, self.device, self._padding(bucket))
                 try:
-                    with set_forward_context(batch.attn_metadata):
-                        self.model(batch.input_ids, batch.positions, batch.token_type_ids)  # type: ignore[misc]
+                    self._forward(batch)
                 except Exception as e:  # a warm-up costs a first request's speed at worst, never the engine
                     logger.warning(
                         "row bucket warm-up stopped at %d tokens (%s); the rest build on first use", bucket, e

@@ -189,10 +189,14 @@ class ModelRunnerBase:
         if graph is not None:
             hidden = self.graph_capturer.replay(graph, batch)  # [num_tokens, hidden_size]
         else:
-            with set_forward_context(batch.attn_metadata):
-                hidden = self.model(batch.input_ids, batch.positions, batch.token_type_ids)
-            hidden = hidden[: batch.num_tokens]  # without the row-bucket padding (CPU), when there is some
+            hidden = self._forward(batch)[: batch.num_tokens]  # without the row-bucket padding (CPU), if any
         return self.pooler(hidden, batch.pooling_metadata, batch.params)
+
+    def _forward(self, batch: InputBatch) -> torch.Tensor:
+        """The model over every row of ``batch``, padding included: [num_rows, hidden_size]."""
+        assert self.model is not None  # initialize()
+        with set_forward_context(batch.attn_metadata):
+            return self.model(batch.input_ids, batch.positions, batch.token_type_ids)
 
     def capture_while_idle(self, is_idle: Callable[[], bool]) -> int:
         """Idle-mode CUDA graphs: capture pending buckets while ``is_idle()``; call between batches only."""
