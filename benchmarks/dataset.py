@@ -9,9 +9,8 @@ from pathlib import Path
 # The shared data set (Debian package descriptions: docs.jsonl, queries.jsonl, rerank.jsonl) sits beside
 # the repository, in ../shared/data, or where $WDE_SHARED_DATA points; a user's clone and an installed wde
 # have neither and need --data.
-SHARED_DATA = Path(
-    os.environ.get("WDE_SHARED_DATA") or Path(__file__).resolve().parents[2] / "shared" / "data"
-)
+SHARED_DATA_ENV = "WDE_SHARED_DATA"
+SHARED_DATA = Path(os.environ.get(SHARED_DATA_ENV) or Path(__file__).resolve().parents[2] / "shared" / "data")
 
 
 class BenchmarkDataError(FileNotFoundError):

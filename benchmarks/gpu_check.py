@@ -31,6 +31,8 @@ import xml.etree.ElementTree as ElementTree
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from benchmarks.dataset import SHARED_DATA_ENV
+
 REPO_ROOT = Path(__file__).resolve().parents[1]
 WHEELS_DIR = REPO_ROOT / ".gpu-wheels"
 NO_CUDA_EXIT_CODE = 2
@@ -271,7 +273,7 @@ def step_env(site_dir: Path, data_dir: Path | None, model: str | None) -> dict[s
     env = {**os.environ, "PYTHONUNBUFFERED": "1", "TOKENIZERS_PARALLELISM": "false"}
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(site_dir), str(REPO_ROOT), env.get("PYTHONPATH")]))
     if data_dir is not None:
-        env["WDE_SHARED_DATA"] = str(data_dir)
+        env[SHARED_DATA_ENV] = str(data_dir)
     if model is not None:
         env["WDE_GPU_MODEL"] = model
     return env

@@ -8,20 +8,16 @@ with the data moved away (tests/unit/test_fresh_clone.py) checks every such test
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-SHARED_DATA_ENV = "WDE_SHARED_DATA"
+from benchmarks.dataset import SHARED_DATA, SHARED_DATA_ENV  # where the benchmarks read it too
+
 MARKER = "shared_data"
 # The test being set up or run, set by tests/conftest.py before its fixtures (session fixtures included).
 current_item: pytest.Item | None = None
-
-
-def shared_data_dir() -> Path:
-    return Path(os.environ.get(SHARED_DATA_ENV) or Path(__file__).resolve().parents[2] / "shared" / "data")
 
 
 def shared_data_file(name: str) -> Path:
@@ -31,7 +27,7 @@ def shared_data_file(name: str) -> Path:
             f"{current_item.nodeid} reads the shared data set ({name}) without the `{MARKER}` marker: add "
             f"@pytest.mark.{MARKER} (or pytestmark), so that the fresh-clone check sees it skip without it"
         )
-    path = shared_data_dir() / name
+    path = SHARED_DATA / name
     if not path.is_file():
         pytest.skip(f"{path} not found (the shared data set; set {SHARED_DATA_ENV} to its folder)")
     return path

@@ -70,18 +70,18 @@ def _corpus() -> tuple[str, ...]:
         for word in vocab_path.read_text(encoding="utf-8").split("\n")[FIRST_WORD_ID:]
         if word.isalpha() and word.isascii()
     ]
-    weights = [1.0 / (rank + 2.7) for rank in range(len(words))]
+    cum_weights = list(itertools.accumulate(1.0 / (rank + 2.7) for rank in range(len(words))))  # Zipf
     rng = random.Random(SEED)
     texts = list(FALLBACK_TEXTS)
     while len(texts) < NUM_TOKENIZER_TEXTS:
         # mostly one to four sentences, now and then a long description (as in real documents)
         num_sentences = rng.choice((1, 1, 2, 2, 3, 4, 6)) if rng.random() > 0.08 else rng.randint(10, 18)
-        texts.append(" ".join(_sentence(rng, words, weights) for _ in range(num_sentences)))
+        texts.append(" ".join(_sentence(rng, words, cum_weights) for _ in range(num_sentences)))
     return tuple(texts)
 
 
-def _sentence(rng: random.Random, words: list[str], weights: list[float]) -> str:
-    picked = rng.choices(words, cum_weights=list(itertools.accumulate(weights)), k=rng.randint(4, 22))
+def _sentence(rng: random.Random, words: list[str], cum_weights: list[float]) -> str:
+    picked = rng.choices(words, cum_weights=cum_weights, k=rng.randint(4, 22))
     for i in range(1, len(picked)):
         roll = rng.random()
         if roll < 0.06:
