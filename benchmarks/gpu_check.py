@@ -40,6 +40,7 @@ DATA_FILES = ("docs.jsonl", "queries.jsonl")
 # what the report lists the versions of
 REQUIREMENTS_FILE = "requirements.json"  # benchmarks.gpu_wheels: {distribution: version range asked of it}
 CARRIED_MODEL_DIR = "all-MiniLM-L6-v2-fp16"  # benchmarks.gpu_wheels.MODEL_DIR_NAME
+HOST_STEP_MAX_S = 150.0  # benchmarks.host_overhead on the bundled model: about a minute on an H200
 REPORTED_PACKAGES = ("torch", "transformers", "sentence-transformers", "tokenizers", "flash-attn", "xformers")
 
 
@@ -250,6 +251,9 @@ def main(argv: list[str] | None = None) -> int:
     tests = run_step(
         "tests/gpu", [*pytest, f"--junitxml={out}/gpu-tests.xml"], out / "gpu-tests.log", tests_s, env
     )
+    # the host path: µs per text from text and from token ids, the GPU's busy share (benchmarks.host_overhead)
+    host_s = min(HOST_STEP_MAX_S, deadline - time.monotonic() - 120)
+    host = run_step("host overhead", host_command(args, data_dir), out / "gpu-host.log", host_s, env)
     bench_s = deadline - time.monotonic()
     bench_args = bench_arguments(args, data_dir, out / "gpu-bench.md", budget_s=max(bench_s - 45, 10))
     bench = run_step(
@@ -260,23 +264,42 @@ def main(argv: list[str] | None = None) -> int:
         env,
     )
     # 4. the report
-    report = report_lines(args.device, install, tests, bench, out, data_dir, model)
+    report = report_lines(args.device, install, tests, host, bench, out, data_dir, model)
     (out / "gpu-report.md").write_text("\n".join(report) + "\n")
     print("\n".join(report))
     print(f"\nreport: {out / 'gpu-report.md'}; logs beside it")
-    return 0 if tests.returncode == 0 and bench.returncode == 0 and install.returncode == 0 else 1
+    steps = (install, tests, host, bench)
+    return 0 if all(step.returncode == 0 for step in steps) else 1
 
 
 def step_env(site_dir: Path, data_dir: Path | None, model: str | None) -> dict[str, str]:
     """The steps' environment: the private wheels, then this checkout, first on PYTHONPATH; where the texts
     and the bundled model are (read by tests/gpu and the bench)."""
-    env = {**os.environ, "PYTHONUNBUFFERED": "1", "TOKENIZERS_PARALLELISM": "false"}
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}  # TOKENIZERS_PARALLELISM as the machine has it
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(site_dir), str(REPO_ROOT), env.get("PYTHONPATH")]))
     if data_dir is not None:
         env[SHARED_DATA_ENV] = str(data_dir)
     if model is not None:
         env["WDE_GPU_MODEL"] = model
     return env
+
+
+def host_report_lines(log: Path) -> list[str]:
+    """The host-overhead bench's report from its log (progress bars left out)."""
+    text = log.read_text(errors="replace") if log.is_file() else ""
+    if "# wde host overhead" not in text:
+        return ["## Host overhead: no report; see " + log.name]
+    report = text[text.index("# wde host overhead") :].replace("# wde host", "## wde host", 1)
+    return [line for line in report.splitlines() if "it/s]" not in line and "\r" not in line]
+
+
+def host_command(args: argparse.Namespace, data_dir: Path | None) -> list[str]:
+    command = [sys.executable, "-m", "benchmarks.host_overhead", "--model", "minilm", "--device", args.device]
+    if data_dir is not None:
+        command += ["--data", str(data_dir / "docs.jsonl")]
+    if args.device != "cuda":
+        command += ["--num-texts", "200", "--repeats", "1"]
+    return command
 
 
 def bench_arguments(
@@ -294,6 +317,7 @@ def report_lines(
     device: str,
     install: StepResult,
     tests: StepResult,
+    host: StepResult,
     bench: StepResult,
     out: Path,
     data_dir: Path | None,
@@ -305,8 +329,19 @@ def report_lines(
 
     lines = ["# wde GPU check", "", *environment_lines(device)]
     lines += [f"- bundled model: {model or 'not found'}", f"- texts: {data_dir or 'none found'}", ""]
-    lines += ["## Steps", "", *(f"- {status(step)}" for step in (install, tests, bench)), *install.notes, ""]
+    lines += [
+        "## Steps",
+        "",
+        *(f"- {status(step)}" for step in (install, tests, host, bench)),
+        *install.notes,
+        "",
+    ]
     lines += ["## tests/gpu", "", *test_summary(out / "gpu-tests.xml"), ""]
+    host_log = host.log.read_text(errors="replace") if host.log.is_file() else ""
+    host_report = (
+        host_log[host_log.find("# wde host overhead") :] if "# wde host overhead" in host_log else ""
+    )
+    lines += [host_report.replace("# wde host", "## wde host").rstrip() or "## Host overhead: no report", ""]
     bench_md = out / "gpu-bench.md"
     if bench_md.is_file():
         lines += [bench_md.read_text().rstrip(), ""]

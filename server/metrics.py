@@ -98,6 +98,13 @@ class ServerMetrics:
             ["model"],
             registry=registry,
         )
+        self.device_seconds = Counter(
+            "wde_device_busy_seconds",
+            "GPU time of the forward passes, from CUDA events around each batch (0 on CPU); its rate is the "
+            "GPU's busy share",
+            ["model"],
+            registry=registry,
+        )
         # 4. requests inside the engine
         self.queue_seconds = Histogram(
             "wde_request_queue_duration_seconds",
@@ -148,6 +155,7 @@ class ModelStatsListener:
         self.batch_sequences = metrics.batch_sequences.labels(model)
         self.forward_seconds = metrics.forward_seconds.labels(model)
         self.forward_cpu_seconds = metrics.forward_cpu_seconds.labels(model)
+        self.device_seconds = metrics.device_seconds.labels(model)
         self.failed = metrics.failed.labels(model)
         self.queue_seconds = metrics.queue_seconds.labels(model)
         self.inference_seconds = metrics.inference_seconds.labels(model)
@@ -161,6 +169,7 @@ class ModelStatsListener:
             self.batch_sequences.observe(batch.num_seqs)
             self.forward_seconds.observe(batch.execute_seconds)
             self.forward_cpu_seconds.inc(batch.execute_cpu_seconds)
+            self.device_seconds.inc(batch.device_seconds)
 
     def on_outputs(self, outputs: Sequence[RequestOutput]) -> None:
         for output in outputs:

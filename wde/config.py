@@ -315,16 +315,18 @@ class SchedulerConfig:
     # engine runs with ``with_budget``'s copy); see wde/worker/memory_budget.py.
     max_num_batched_tokens: int | None
     max_num_seqs: int
-    # How many queued requests the lazy RequestProcessor tokenizes in one batched call.
+    # How many queued requests the lazy RequestProcessor looks at (0: two steps' worth of sequences): the
+    # first half is what the next steps take, the second half is tokenized ahead of need.
     max_num_lookahead: int = 0
     budget_reason: str = "set explicitly"  # why max_num_batched_tokens is what it is (logged, tested)
     # The engine loop's hold before a step for the clients the last step answered (0: off); see
     # wde/engine/batch_forming.py.
     max_batch_wait_seconds: float = 0.0
+    tokenizer_workers: int = 1  # threads of the engine's TokenizerPool (wde/engine/tokenizer_pool.py)
 
     def __post_init__(self) -> None:
         if self.max_num_lookahead == 0:
-            self.max_num_lookahead = self.max_num_seqs
+            self.max_num_lookahead = 2 * self.max_num_seqs
 
     def with_budget(self, max_num_batched_tokens: int, reason: str) -> SchedulerConfig:
         """A copy with the token budget the runner chose (this one stays as configured)."""
@@ -337,6 +339,8 @@ class SchedulerConfig:
             raise ValueError(f"max_num_seqs ({self.max_num_seqs}) must be >= 1")
         if self.max_num_lookahead < 1:
             raise ValueError(f"max_num_lookahead ({self.max_num_lookahead}) must be >= 1")
+        if self.tokenizer_workers < 1:
+            raise ValueError(f"tokenizer_workers ({self.tokenizer_workers}) must be >= 1")
         if self.max_batch_wait_seconds < 0:
             raise ValueError(f"max_batch_wait_ms ({self.max_batch_wait_seconds * 1e3:g}) must be >= 0")
 
@@ -350,7 +354,7 @@ class DeviceConfig:
     executor: str = "sync"  # resolved: "auto" is the platform's choice
     gpu_memory_utilization: float = 0.3  # the default leaves most of a GPU to other work
     cuda_graph_mode: str = "lazy"
-    cuda_graph_buckets: list[int] | None = None  # None: powers of two from 256 up to the token budget
+    cuda_graph_buckets: list[int] | None = None  # None: wde/worker/cuda_graphs.default_buckets
     compile_model: bool = False
 
     def verify(self) -> None:

@@ -28,6 +28,7 @@ from wde.config import (
     SchedulerConfig,
 )
 from wde.engine.batch_forming import MAX_WAIT_FRACTION
+from wde.engine.tokenizer_pool import default_tokenizer_workers
 from wde.flag_field import flag
 
 if TYPE_CHECKING:
@@ -93,6 +94,12 @@ class EngineArgs:
         "duration) for the clients the last step answered, so that their next requests join one batch "
         "instead of alternating half batches (0: off; the in-process LLM never waits)",
     )
+    tokenizer_workers: int | None = flag(
+        None,
+        help="threads that tokenize waiting requests ahead of the scheduler, beside the engine thread "
+        "(default: 1, as tokenizers spreads each call over the cores; with TOKENIZERS_PARALLELISM=false the "
+        "cores this process may use, minus one)",
+    )
     attention_backend: str = flag(
         "auto",
         help=f"one of {', '.join(ATTENTION_BACKEND_NAMES)} (auto: the platform's best available one that "
@@ -116,7 +123,8 @@ class EngineArgs:
     )
     cuda_graph_buckets: list[int] | None = flag(
         None,
-        help="padded token counts to capture as CUDA graphs (default: powers of two from 256 to the budget)",
+        help="padded token counts to capture as CUDA graphs (default: 256 to 8192 in quarter octaves; larger "
+        "batches run eagerly)",
     )
     compile_model: bool = flag(
         False,
@@ -241,6 +249,7 @@ class EngineArgs:
                 max_num_batched_tokens=max_num_batched_tokens,
                 max_num_seqs=self.max_num_seqs or DEFAULT_MAX_NUM_SEQS,
                 max_batch_wait_seconds=self.max_batch_wait_ms / 1e3,
+                tokenizer_workers=self.tokenizer_workers or default_tokenizer_workers(),
                 budget_reason="set explicitly"
                 if self.max_num_batched_tokens
                 else f"{platform.device_type} default",

@@ -59,6 +59,10 @@ class Request:
     # trailing tokens that attend but are not attended to (a ColBERT query's expansion with attend=False)
     num_unattended_tokens: int = 0
     priority: int = PRIORITY_INTERACTIVE
+    # set by the RequestProcessor: its token ids are final (cut, side applied) or it failed; the scheduler
+    # admits only ready requests. ``tokenizing``: handed to the tokenizer threads, results not yet back.
+    ready: bool = False
+    tokenizing: bool = False
 
     @property
     def is_tokenized(self) -> bool:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import threading
 from collections import OrderedDict
 from dataclasses import dataclass
 from pathlib import Path
@@ -11,6 +12,9 @@ import tokenizers
 
 TextInput = str | tuple[str, str]
 TRUNCATION_DIRECTIONS = ("right", "left")  # which end of an over-long input is cut (left: keep the end)
+# At most this many texts are encoded one by one on the calling thread: waking tokenizers' thread pool for
+# them cost a GPU server a third of its one-text requests/s (H200 machine, 16 cores, 2026-11-27).
+MAX_SERIAL_INPUTS = 4
 MAX_TRUNCATION_VARIANTS = 8  # tokenizer copies kept for per-request lengths / left truncation (LRU)
 
 
@@ -26,7 +30,7 @@ class Truncation:
 @dataclass
 class TokenizedInput:
     token_ids: list[int]
-    token_type_ids: list[int]
+    token_type_ids: list[int] | None  # None: a single text, all segment 0
     truncated: bool
 
 
@@ -47,8 +51,11 @@ class Tokenizer:
         self.backend.no_padding()
         self.backend.enable_truncation(max_length=max_length, strategy=pair_truncation)
         self.num_encode_calls = 0
+        probe = self.backend.encode("a b", add_special_tokens=True)
+        self._single_is_segment_zero = not any(probe.type_ids)
         self._untruncated: tokenizers.Tokenizer | None = None
         self._variants: OrderedDict[Truncation, tokenizers.Tokenizer] = OrderedDict()
+        self._variants_lock = threading.Lock()  # the tokenizer threads share the copies
 
     @classmethod
     def from_pretrained(
@@ -98,17 +105,27 @@ class Tokenizer:
         self.num_encode_calls += 1
         backend = self.backend if truncation is None else self._variant(truncation)
         max_length = self.max_length if truncation is None else truncation.max_length
-        encodings = backend.encode_batch_fast(inputs, add_special_tokens=True)
-        return [
-            TokenizedInput(encoding.ids, encoding.type_ids, self._was_truncated(encoding, text, max_length))
-            for encoding, text in zip(encodings, inputs, strict=True)
-        ]
+        if len(inputs) <= MAX_SERIAL_INPUTS:  # no hand-over to tokenizers' threads for a few texts
+            encodings = [_encode_one(backend, text) for text in inputs]
+        else:
+            encodings = backend.encode_batch_fast(inputs, add_special_tokens=True)
+        tokenized = []
+        for encoding, text in zip(encodings, inputs, strict=True):
+            token_ids = encoding.ids
+            # a single text is all segment 0 for most tokenizers: no type-id list to build then (the batch
+            # reads None as zeros)
+            is_pair = isinstance(text, tuple)
+            type_ids = encoding.type_ids if is_pair or not self._single_is_segment_zero else None
+            truncated = len(token_ids) >= max_length and self._was_truncated(encoding, text, max_length)
+            tokenized.append(TokenizedInput(token_ids, type_ids, truncated))
+        return tokenized
 
     def _was_truncated(self, encoding: tokenizers.Encoding, text: TextInput, max_length: int) -> bool:
-        """Whether truncation cut ``text``. tokenizers reports the cut tokens in ``overflowing``, but 0.23.2
-        leaves it empty for some byte-level BPE inputs (a Qwen tokenizer: 13 tokens cut to 10, nothing
-        overflowing; 0.23.3 fills it): an encoding that ends at ``max_length`` with nothing overflowing
-        is counted again without truncation (rare: only inputs that long)."""
+        """Whether truncation cut ``text`` (``encode_batch`` asks only of encodings that reach ``max_length``:
+        a cut one always does). tokenizers
+        reports the cut tokens in ``overflowing``, but 0.23.2 leaves it empty for some byte-level BPE inputs
+        (a Qwen tokenizer: 13 tokens cut to 10, nothing overflowing; 0.23.3 fills it): an encoding that
+        ends at ``max_length`` with nothing overflowing is counted again without truncation."""
         if encoding.overflowing:
             return True
         return len(encoding.ids) >= max_length and self.count_tokens(text) > max_length
@@ -117,6 +134,10 @@ class Tokenizer:
         """A copy truncating as ``truncation`` says (the engine's own for the default); the last few kept."""
         if truncation == Truncation(self.max_length):
             return self.backend
+        with self._variants_lock:
+            return self._kept_variant(truncation)
+
+    def _kept_variant(self, truncation: Truncation) -> tokenizers.Tokenizer:
         variant = self._variants.pop(truncation, None)
         if variant is None:
             if truncation.direction not in TRUNCATION_DIRECTIONS:
@@ -149,6 +170,12 @@ class Tokenizer:
         if isinstance(text, tuple):
             return len(self.untruncated().encode(*text).ids)
         return len(self.untruncated().encode(text).ids)
+
+
+def _encode_one(backend: tokenizers.Tokenizer, text: TextInput) -> tokenizers.Encoding:
+    if isinstance(text, tuple):
+        return backend.encode(*text, add_special_tokens=True)
+    return backend.encode(text, add_special_tokens=True)
 
 
 def special_token_ids(path: str | Path, names: tuple[str, ...]) -> list[int]:

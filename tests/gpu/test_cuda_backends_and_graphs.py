@@ -99,3 +99,22 @@ def test_auto_budget_fits_the_memory_share(bundled_model: str) -> None:
     scheduler_config = llm.engine.engine_config.scheduler_config
     assert scheduler_config.max_num_batched_tokens >= llm.model_config.max_model_len
     assert "KiB of activations per token" in scheduler_config.budget_reason
+
+
+def test_the_busy_clock_counts_every_batch_and_the_default_graphs_stop_at_8192(
+    texts: list[str], oracle: np.ndarray, bundled_model: str
+) -> None:
+    """Each batch's GPU time reaches the stats (``wde_device_busy_seconds``); with the default buckets a
+    batch over 8,192 tokens runs eagerly and small ones replay, both equal to the oracle."""
+    llm = LLM(bundled_model, device="cuda", dtype="float16", max_num_batched_tokens=16384)
+    runner = llm.engine.runner
+    runner.busy_clock.reset()
+    many = embed(llm, texts * 8)  # batches over 8,192 tokens: eager
+    few = embed(llm, texts[:4])  # a small batch: a graph bucket
+    clock = runner.busy_clock
+    assert clock.num_batches >= 2 and 0 < clock.share() <= 1
+    assert runner.last_device_seconds > 0
+    assert runner.cuda_graphs is not None and max(runner.cuda_graphs.buckets) == 8192
+    assert min(runner.cuda_graphs.graphs) < 8192  # the small batch's bucket, captured on first use
+    np.testing.assert_allclose(many[: len(texts)], oracle, atol=MAX_ABS_DIFF["float16"])
+    np.testing.assert_allclose(few, oracle[:4], atol=MAX_ABS_DIFF["float16"])

@@ -96,7 +96,7 @@ class FakeEngine:
             else:
                 outputs.append(EmbeddingOutput(request_id, np.full(4, len(prompt), np.float32), len(prompt)))
         num_tokens = sum(len(prompt) for prompt in batch.values())
-        batch_stats = [BatchStats(len(batch), num_tokens, 0.01)]
+        batch_stats = [BatchStats(len(batch), num_tokens, 0.01, device_seconds=0.004)]
         self.last_step_stats = StepStats(
             len(self.queued), len(batch), num_tokens, len(batch), 0.001, batch_stats
         )

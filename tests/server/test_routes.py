@@ -351,6 +351,13 @@ async def test_metrics_parse_and_count(async_engine: AsyncLLMEngine) -> None:
         s.value for s in families["wde_batch_size_sequences"].samples if s.name.endswith("_count")
     ]
     assert batch_counts and batch_counts[0] >= 1
+    # the GPU time of the batches: none on CPU (tests/gpu/ checks it on a GPU)
+    device_seconds = [
+        s.value
+        for s in families["wde_device_busy_seconds"].samples
+        if s.name == "wde_device_busy_seconds_total"
+    ]
+    assert device_seconds == [0.0]
 
 
 def test_settings_are_checked() -> None:

@@ -9,7 +9,7 @@ from types import SimpleNamespace
 import pytest
 
 from wde.engine_args import default_model_path
-from wde.tokenizer import MAX_TRUNCATION_VARIANTS, Tokenizer, Truncation
+from wde.tokenizer import MAX_SERIAL_INPUTS, MAX_TRUNCATION_VARIANTS, Tokenizer, Truncation
 
 MAX_MODEL_LEN = 32
 TEXT = "the start of the text " + "middle words " * 40 + "and the distinct ending"
@@ -88,3 +88,21 @@ def test_a_cut_is_seen_when_tokenizers_reports_no_overflow(
     unreported = SimpleNamespace(ids=ids, type_ids=[0] * len(ids), overflowing=[])
     assert tokenizer._was_truncated(unreported, text, max_length) is cut
     assert tokenizer._was_truncated(SimpleNamespace(ids=ids[:-1], overflowing=[]), text, max_length) is False
+
+
+def test_a_few_texts_encoded_one_by_one_equal_the_batched_call(tokenizer: Tokenizer) -> None:
+    """Up to MAX_SERIAL_INPUTS texts skip tokenizers' thread pool; the encodings are the same, and a single
+    text carries no type-id list (all segment 0) while a pair does."""
+    inputs = [TEXT, PAIR, "short", ("q", "d")]
+    assert len(inputs) <= MAX_SERIAL_INPUTS
+    serial = tokenizer.encode_batch(inputs)
+    batched = tokenizer.encode_batch(inputs * 3)[: len(inputs)]  # over the limit: one batched call
+    for one, other in zip(serial, batched, strict=True):
+        assert (one.token_ids, one.token_type_ids, one.truncated) == (
+            other.token_ids,
+            other.token_type_ids,
+            other.truncated,
+        )
+    assert serial[0].token_type_ids is None and serial[2].token_type_ids is None
+    assert serial[1].token_type_ids is not None and 1 in serial[1].token_type_ids
+    assert serial[0].truncated and not serial[2].truncated

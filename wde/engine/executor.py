@@ -29,6 +29,9 @@ class ModelRunner(Protocol):
 
     def has_pending_captures(self) -> bool: ...
 
+    # the device time of the last ``execute_model`` (CUDA events; 0.0 where the device has none)
+    last_device_seconds: float
+
 
 @dataclass
 class BatchResult:
@@ -38,6 +41,7 @@ class BatchResult:
     execute_seconds: float = 0.0  # the forward pass alone, retries included (on the worker thread when async)
     # the CPU time of the thread that ran it, over the same span (torch's intra-op workers not included)
     execute_cpu_seconds: float = 0.0
+    device_seconds: float = 0.0  # the GPU's time on it (``ModelRunner.last_device_seconds``)
 
 
 def _prepare(runner: ModelRunner, requests: list[Request]) -> Any:
@@ -57,7 +61,13 @@ def _run(runner: ModelRunner, requests: list[Request], batch: Any, clock: Forwar
             with clock:
                 outputs = runner.execute_model(batch)
             seconds, cpu_seconds = time.perf_counter() - start, time.thread_time() - cpu_start
-            return BatchResult(requests, outputs, execute_seconds=seconds, execute_cpu_seconds=cpu_seconds)
+            return BatchResult(
+                requests,
+                outputs,
+                execute_seconds=seconds,
+                execute_cpu_seconds=cpu_seconds,
+                device_seconds=getattr(runner, "last_device_seconds", 0.0),
+            )
         except Exception as e:  # one failing input must not fail its batch, nor take the engine down
             error = e
     outputs, errors = CulpritSearch(runner, clock).run(requests, error)

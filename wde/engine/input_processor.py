@@ -89,34 +89,36 @@ class InputProcessor:
             raise TypeError(f"{where}: expected a list of int, got {describe(token_ids)}")
         if len(token_ids) == 0:
             raise ValueError(f"{where}: is empty; pass at least one token id")
-        vocab_size = self.model_config.vocab_size
-        for index, token_id in enumerate(token_ids):
-            if isinstance(token_id, bool) or not isinstance(token_id, int):
-                raise TypeError(f"{where}[{index}]: expected an int token id, got {describe(token_id)}")
-            if not 0 <= token_id < vocab_size:
-                raise ValueError(
-                    f"{where}[{index}]: token id {token_id} is outside the vocabulary [0, {vocab_size})"
-                )
+        _check_int_range(where, token_ids, self.model_config.vocab_size, "token id", "the vocabulary ")
         max_model_len = self.model_config.max_model_len
         if len(token_ids) > max_model_len and not truncate:
             raise InputTooLongError(
                 f"{where}: {len(token_ids)} tokens is more than max_model_len ({max_model_len}) "
                 "and truncation is off; shorten the input or pass truncate=True"
             )
-        return list(token_ids)
+        return token_ids if isinstance(token_ids, list) else list(token_ids)
 
     def _check_type_ids(self, position: int, type_ids: Any, num_tokens: int) -> list[int]:
         where = f"inputs[{position}].token_type_ids"
         if not isinstance(type_ids, (list, tuple)) or len(type_ids) != num_tokens:
             raise ValueError(f"{where}: expected a list of {num_tokens} ints (one per token id)")
-        for index, type_id in enumerate(type_ids):
-            if isinstance(type_id, bool) or not isinstance(type_id, int):
-                raise TypeError(f"{where}[{index}]: expected an int, got {describe(type_id)}")
-            if not 0 <= type_id < self.type_vocab_size:
-                raise ValueError(
-                    f"{where}[{index}]: token type {type_id} is outside [0, {self.type_vocab_size})"
-                )
+        _check_int_range(where, type_ids, self.type_vocab_size, "token type", "")
         return list(type_ids)
+
+
+def _check_int_range(
+    where: str, values: list[Any] | tuple[Any, ...], limit: int, noun: str, name: str
+) -> None:
+    """Every value an int (not a bool) in [0, limit): ``map`` / ``set`` / ``min`` / ``max`` walk the list
+    in C; the per-item walk in Python runs only to word the error."""
+    if set(map(type, values)) == {int} and min(values) >= 0 and max(values) < limit:
+        return
+    for index, value in enumerate(values):
+        if isinstance(value, bool) or not isinstance(value, int):
+            expected = f"an int {noun}" if noun == "token id" else "an int"
+            raise TypeError(f"{where}[{index}]: expected {expected}, got {describe(value)}")
+        if not 0 <= value < limit:
+            raise ValueError(f"{where}[{index}]: {noun} {value} is outside {name}[0, {limit})")
 
 
 def _check_unicode(where: str, text: str) -> None:

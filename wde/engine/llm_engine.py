@@ -17,6 +17,7 @@ from wde.engine.forward_clock import ForwardClock
 from wde.engine.memory_trimmer import MemoryTrimmer
 from wde.engine.scheduler import SchedulerOutput
 from wde.engine.stats import BatchStats, StepStats
+from wde.engine.tokenizer_pool import TokenizerPool
 from wde.engine.workflow import Workflow, get_workflow
 from wde.inputs import PoolingParams, PromptType, TextPair
 from wde.outputs import RequestOutput
@@ -34,14 +35,17 @@ class LLMEngine:
         tokenizer: Tokenizer,
         runner: ModelRunner,
         is_padded: bool,
+        use_pool: bool = False,
     ) -> None:
+        """``use_pool``: tokenize ahead on ``tokenizer_workers`` threads (``from_engine_config`` does)."""
         self.engine_config = engine_config
         self.model_config = engine_config.model_config
         self.workflow = workflow
         self.tokenizer = tokenizer
         self.runner = runner
         self.input_processor = workflow.input_processor(self.model_config)
-        self.request_processor = workflow.request_processor(self.model_config, tokenizer)
+        pool = TokenizerPool(engine_config.scheduler_config.tokenizer_workers) if use_pool else None
+        self.request_processor = workflow.request_processor(self.model_config, tokenizer, pool)
         self.scheduler = workflow.scheduler(engine_config.scheduler_config, self.request_processor, is_padded)
         self.executor: Executor = EXECUTORS[engine_config.device_config.executor](runner)
         self.output_processor = workflow.output_processor()
@@ -91,7 +95,7 @@ class LLMEngine:
             engine_config.device_config.executor,
         )
         workflow = get_workflow(model_config.task)
-        return cls(engine_config, workflow, tokenizer, runner, backend.is_padded)
+        return cls(engine_config, workflow, tokenizer, runner, backend.is_padded, use_pool=True)
 
     # ---- requests in and out ----------------------------------------------------------------------
     def add_requests(
@@ -199,6 +203,7 @@ class LLMEngine:
                     sum(request.num_tokens for request in result.requests),
                     result.execute_seconds,
                     result.execute_cpu_seconds,
+                    result.device_seconds,
                 )
                 for result in results
             ],
@@ -206,3 +211,4 @@ class LLMEngine:
 
     def shutdown(self) -> None:
         self.executor.shutdown()
+        self.request_processor.shutdown()

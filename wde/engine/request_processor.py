@@ -1,45 +1,123 @@
-"""Lazy tokenization: the scheduler hands over a lookahead window; all its texts go in ONE batched call."""
+"""Lazy tokenization: the scheduler hands over a lookahead window; its texts go in batched calls, on the
+tokenizer threads ahead of need where the engine has a ``TokenizerPool``."""
 
 from __future__ import annotations
 
 import time
+from collections import deque
 from collections.abc import Sequence
 
 from wde.config import ModelConfig
 from wde.engine.errors import InputTooLongError
+from wde.engine.tokenizer_pool import MIN_SLICE, Chunk, TokenizerPool
 from wde.request import Request
 from wde.tokenizer import TextInput, TokenizedInput, Tokenizer, Truncation
 
+Encoding = TokenizedInput | Exception
+MIN_PREFETCH = 64  # texts handed to the threads ahead of need at least (one batched call's worth)
+
 
 class RequestProcessor:
-    """Fills ``token_ids`` of queued requests (and ``tokenize_span``, the batched call's start and end);
-    fails (alone) a request that is too long to run."""
+    """Makes queued requests ready to schedule: fills ``token_ids`` (and ``tokenize_span``, the batched
+    call's start and end), cuts token-id inputs, fails (alone) a request that is too long to run.
 
-    def __init__(self, model_config: ModelConfig, tokenizer: Tokenizer) -> None:
+    The window's first half is what the next steps take; the rest is tokenized ahead, on the pool's threads
+    while the engine runs batches, as soon as it holds enough texts for a batched call to pay."""
+
+    def __init__(
+        self, model_config: ModelConfig, tokenizer: Tokenizer, pool: TokenizerPool | None = None
+    ) -> None:
         self.model_config = model_config
         self.tokenizer = tokenizer
+        self.pool = pool
         self._template_tail_ids: list[int] | None = None
+        self._chunks: deque[Chunk[Request, tuple[TextInput, Encoding]]] = deque()  # in submission order
 
     def process(self, requests: Sequence[Request]) -> int:
-        """Tokenize every untokenized request of ``requests`` in at most one tokenizer call; returns how many
-        were tokenized."""
-        # 1. inputs that were given as token ids only need the length check
-        to_tokenize: list[Request] = []
+        """Make the front of ``requests`` (the scheduler's window, in scheduling order) ready; returns how
+        many got their tokens in this call."""
+        # 1. inputs given as token ids only need the length check, once
         for request in requests:
-            if request.is_tokenized:
+            if not request.ready and request.is_tokenized and not request.tokenizing:
                 self._truncate_token_ids(request)
                 self._apply_side(request)
-            else:
-                to_tokenize.append(request)
-        if not to_tokenize:
-            return 0
-        # 2. one batched tokenizer call over the window (one per other truncation asked: left, shorter)
-        start = time.monotonic()
-        texts = [self._tokenizer_input(request) for request in to_tokenize]
-        encodings = self._encode_window(to_tokenize, texts)
-        span = (start, time.monotonic())
-        # 3. keep or fail each result
-        for request, text, encoding in zip(to_tokenize, texts, encodings, strict=True):
+                request.ready = True
+        # 2. keep what the tokenizer threads finished
+        num_done = self._collect(wait_for=None)
+        # 3. the next steps need a request that is not ready: wait for its chunk, or tokenize it now
+        first = next((index for index, request in enumerate(requests) if not request.ready), None)
+        if first is None:
+            return num_done
+        half = max(1, len(requests) // 2)
+        if first < half and requests[first].tokenizing:
+            num_done += self._collect(wait_for=requests[first])
+        elif first < half:
+            num_done += self._tokenize_now([r for r in requests if not r.ready and not r.tokenizing])
+        # 4. what the window holds beyond that, ahead of need: to the threads (while this step's batch
+        #    runs) once there are enough for a batched call; without threads, now, a half window at a time
+        unsubmitted = [request for request in requests if not request.ready and not request.tokenizing]
+        if self.pool is not None and len(unsubmitted) >= min(half, MIN_PREFETCH):
+            self._submit(unsubmitted)
+        elif self.pool is None and len(unsubmitted) >= half:
+            num_done += self._tokenize_now(unsubmitted)
+        return num_done
+
+    def shutdown(self) -> None:
+        if self.pool is not None:
+            self.pool.shutdown()
+
+    def _tokenize_now(self, requests: list[Request]) -> int:
+        """Tokenize ``requests`` before returning: inline when few, else split over the pool's threads."""
+        if self.pool is None or len(requests) <= MIN_SLICE:
+            start = time.monotonic()
+            texts, encodings = self._encode_requests(requests)
+            self._keep_all(requests, texts, encodings, (start, time.monotonic()))
+            return len(requests)
+        chunk = self._submit(requests)
+        return self._collect(wait_for=chunk.items[-1])
+
+    def _submit(self, requests: list[Request]) -> Chunk[Request, tuple[TextInput, Encoding]]:
+        assert self.pool is not None
+        for request in requests:
+            request.tokenizing = True
+        chunk = self.pool.submit(self._encode_slice, requests)
+        self._chunks.append(chunk)
+        return chunk
+
+    def _collect(self, wait_for: Request | None) -> int:
+        """Keep the results of the chunks that are done, oldest first; with ``wait_for``, wait for the
+        chunks up to the one holding it. Returns how many requests got their results."""
+        num_done = 0
+        while self._chunks and (self._chunks[0].done() or (wait_for is not None and wait_for.tokenizing)):
+            chunk = self._chunks.popleft()
+            results, span = chunk.results()
+            texts = [text for text, _ in results]
+            encodings = [encoding for _, encoding in results]
+            self._keep_all(chunk.items, texts, encodings, span)
+            num_done += len(chunk.items)
+        return num_done
+
+    def _encode_slice(self, requests: list[Request]) -> list[tuple[TextInput, Encoding]]:
+        """On a tokenizer thread: each request's tokenizer input and its encoding (reads the requests,
+        never writes them: the engine thread keeps the results)."""
+        texts, encodings = self._encode_requests(requests)
+        return list(zip(texts, encodings, strict=True))
+
+    def _encode_requests(self, requests: list[Request]) -> tuple[list[TextInput], list[Encoding]]:
+        texts = [self._tokenizer_input(request) for request in requests]
+        return texts, self._encode_window(requests, texts)
+
+    def _keep_all(
+        self,
+        requests: list[Request],
+        texts: list[TextInput],
+        encodings: list[Encoding],
+        span: tuple[float, float],
+    ) -> None:
+        """Keep or fail each result (on the engine thread)."""
+        for request, text, encoding in zip(requests, texts, encodings, strict=True):
+            request.tokenizing = False
+            request.ready = True
             if isinstance(encoding, Exception):
                 request.fail(ValueError(f"the tokenizer refused this input: {encoding}"))
                 continue
@@ -54,29 +132,24 @@ class RequestProcessor:
             self._apply_side(request)
             if encoding.truncated and request.text_pair is not None and self.model_config.pair_template:
                 self._restore_template_tail(request)
-        return len(to_tokenize)
 
-    def _encode_window(
-        self, requests: list[Request], texts: list[TextInput]
-    ) -> list[TokenizedInput | Exception]:
+    def _encode_window(self, requests: list[Request], texts: list[TextInput]) -> list[Encoding]:
         """Each text's encoding, or the error for one the tokenizer refused; one call per truncation."""
         groups: dict[Truncation | None, list[int]] = {}
         for index, request in enumerate(requests):
             truncation = request.params.truncation(self.model_config.max_model_len)
             groups.setdefault(truncation, []).append(index)
-        by_position: dict[int, TokenizedInput | Exception] = {}
+        by_position: dict[int, Encoding] = {}
         for truncation, indices in groups.items():
             group = [texts[index] for index in indices]
             try:
-                encodings: list[TokenizedInput | Exception] = list(
-                    self.tokenizer.encode_batch(group, truncation)
-                )
+                encodings: list[Encoding] = list(self.tokenizer.encode_batch(group, truncation))
             except Exception:  # one input the tokenizer refuses must not fail the window: find it alone
                 encodings = [self._encode_one(text, truncation) for text in group]
             by_position.update(zip(indices, encodings, strict=True))
         return [by_position[index] for index in range(len(texts))]
 
-    def _encode_one(self, text: TextInput, truncation: Truncation | None) -> TokenizedInput | Exception:
+    def _encode_one(self, text: TextInput, truncation: Truncation | None) -> Encoding:
         try:
             return self.tokenizer.encode_batch([text], truncation)[0]
         except Exception as e:

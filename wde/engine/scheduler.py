@@ -171,7 +171,7 @@ class Scheduler:
             if request.status == RequestStatus.FAILED:
                 output.failed_requests.append(queue.popleft())
                 continue
-            if not request.is_tokenized or not budget.can_add(request.num_tokens):
+            if not request.ready or not budget.can_add(request.num_tokens):
                 return False
             if limit is not None and not limit.can_add(request.num_tokens):
                 return False

@@ -11,6 +11,7 @@ class BatchStats:
     num_tokens: int
     execute_seconds: float
     execute_cpu_seconds: float = 0.0  # the forward thread's CPU time (torch's intra-op workers not included)
+    device_seconds: float = 0.0  # the GPU's time on it, from CUDA events (0 on CPU): wde/worker/busy_clock.py
 
 
 @dataclass

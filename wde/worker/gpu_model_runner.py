@@ -3,17 +3,32 @@ from __future__ import annotations
 import logging
 import time
 
+import numpy as np
 import torch
 
+from wde.worker.busy_clock import BusyClock
 from wde.worker.cuda_graph_capturer import TorchCudaGraphCapturer
 from wde.worker.cuda_graphs import CudaGraphManager, graph_buckets
+from wde.worker.input_batch import InputBatch
 from wde.worker.model_runner import ModelRunnerBase
 
 logger = logging.getLogger(__name__)
 
 
 class GPUModelRunner(ModelRunnerBase):
+    busy_clock: BusyClock  # the GPU's busy share (``/metrics``, the benches)
+
+    def execute_model(self, batch: InputBatch) -> list[np.ndarray]:
+        """The base runner's forward between two CUDA events, for the busy share."""
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        outputs = super().execute_model(batch)  # ends with the outputs' copy to the host
+        end.record()
+        self.last_device_seconds = self.busy_clock.add(start, end)
+        return outputs
+
     def _cache_device_properties(self) -> None:
+        self.busy_clock = BusyClock()
         self.device = torch.device("cuda", torch.cuda.current_device())
         props = torch.cuda.get_device_properties(self.device)
         self.device_properties = {

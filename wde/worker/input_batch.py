@@ -4,23 +4,15 @@ CPU, dummy sequences after them may round the token count up to a row bucket (wd
 from __future__ import annotations
 
 from dataclasses import dataclass
+from itertools import chain
 
 import numpy as np
 import torch
 
 from wde.inputs import PoolingParams
 from wde.layers.attention.backend import AttentionBackend, AttentionMetadata
-from wde.layers.pooler.methods import PoolingMetadata
+from wde.layers.pooler.methods import PoolingMetadata, host_to_device
 from wde.request import Request
-
-
-def to_device(array: np.ndarray, device: torch.device) -> torch.Tensor:
-    """Host array -> device tensor; on CUDA through pinned memory (torch's caching host allocator) so the
-    copy is asynchronous."""
-    tensor = torch.from_numpy(array)
-    if device.type == "cpu":
-        return tensor
-    return tensor.pin_memory().to(device, non_blocking=True)
 
 
 @dataclass
@@ -58,7 +50,7 @@ class InputBatch:
         # 1. token ids, back to back (dummy sequences: zeros)
         input_ids = np.zeros(num_rows, np.int64)
         input_ids[:num_tokens] = np.fromiter(
-            (token_id for request in requests for token_id in request.token_ids or ()), np.int64, num_tokens
+            chain.from_iterable(request.token_ids or () for request in requests), np.int64, num_tokens
         )
         # 2. positions restart at 0 for every sequence
         lens = np.asarray(seq_lens, dtype=np.int64)
@@ -69,21 +61,19 @@ class InputBatch:
         if any(request.token_type_ids and any(request.token_type_ids) for request in requests):
             type_ids = np.zeros(num_rows, np.int64)
             type_ids[:num_tokens] = np.fromiter(
-                (
-                    type_id
-                    for request in requests
-                    for type_id in (request.token_type_ids or [0] * request.num_tokens)
+                chain.from_iterable(
+                    request.token_type_ids or [0] * request.num_tokens for request in requests
                 ),
                 np.int64,
                 num_tokens,
             )
-            token_type_ids = to_device(type_ids, device)
-        input_ids_on_device = to_device(input_ids, device)
+            token_type_ids = host_to_device(type_ids, device)
+        input_ids_on_device = host_to_device(input_ids, device)
         num_keys = _num_keys(requests)
         return cls(
             request_ids=[request.request_id for request in requests],
             input_ids=input_ids_on_device,
-            positions=to_device(positions, device),
+            positions=host_to_device(positions, device),
             token_type_ids=token_type_ids,
             attn_metadata=backend_cls.build_metadata(
                 seq_lens, device, None if num_keys is None else num_keys + padding_lens

@@ -54,6 +54,7 @@ class ModelRunnerBase:
         # CUDA graphs (set by capture_model on devices that have them)
         self.cuda_graphs: CudaGraphManager | None = None
         self.graph_capturer: Any = None
+        self.last_device_seconds = 0.0  # the device time of the last batch (CUDA events; 0.0 on CPU)
 
     # ---- device hooks -----------------------------------------------------------------------------
     def _cache_device_properties(self) -> None:

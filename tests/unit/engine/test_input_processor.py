@@ -37,6 +37,18 @@ def test_texts_prompts_and_token_ids_become_requests() -> None:
         ({"prompt_token_ids": []}, ValueError, "is empty"),
         ({"prompt_token_ids": [1, True]}, TypeError, r"prompt_token_ids\[1\]: expected an int"),
         ({"prompt_token_ids": [1, 40000]}, ValueError, r"outside the vocabulary \[0, 30522\)"),
+        ({"prompt_token_ids": [1, -1]}, ValueError, r"\[1\]: token id -1 is outside the vocabulary"),
+        ({"prompt_token_ids": [1, 2**70]}, ValueError, r"\[1\]: token id \d+ is outside"),
+        (
+            {"prompt_token_ids": [1, 2.0]},
+            TypeError,
+            r"prompt_token_ids\[1\]: expected an int token id, got float",
+        ),
+        (
+            {"prompt_token_ids": [1, 2], "token_type_ids": [0, False]},
+            TypeError,
+            r"token_type_ids\[1\]: expected",
+        ),
         ({"prompt_token_ids": [1, 2], "token_type_ids": [0]}, ValueError, "a list of 2 ints"),
         ({"prompt_token_ids": [1, 2], "token_type_ids": [0, 2]}, ValueError, r"outside \[0, 2\)"),
         ("\ud800x", ValueError, "lone UTF-16 surrogate"),

@@ -4,9 +4,12 @@ the prompts."""
 
 from __future__ import annotations
 
+import threading
+
 from tests.unit.engine.conftest import CountingTokenizer, make_model_config, text_request
 from wde.engine.errors import InputTooLongError
 from wde.engine.request_processor import RequestProcessor
+from wde.engine.tokenizer_pool import TokenizerPool
 from wde.inputs import PoolingParams
 from wde.request import Request, RequestStatus
 from wde.tokenizer import TextInput, TokenizedInput, Truncation
@@ -80,3 +83,73 @@ def test_the_prompt_is_prepended_by_name_or_by_side() -> None:
     plain = Request("p", text="z")
     processor.process([named, by_side, plain])
     assert tokenizer.calls == [["query: x", "query: y", "z"]]
+
+
+class ThreadRecordingTokenizer(CountingTokenizer):
+    """Records the thread of every batched call."""
+
+    def __init__(self, max_length: int) -> None:
+        super().__init__(max_length)
+        self.threads: list[str] = []
+
+    def encode_batch(
+        self, inputs: list[TextInput], truncation: Truncation | None = None
+    ) -> list[TokenizedInput]:
+        self.threads.append(threading.current_thread().name)
+        return super().encode_batch(inputs, truncation)
+
+
+def _pooled(
+    max_model_len: int = 16, num_workers: int = 2
+) -> tuple[RequestProcessor, ThreadRecordingTokenizer]:
+    tokenizer = ThreadRecordingTokenizer(max_model_len)
+    pool = TokenizerPool(num_workers)
+    return RequestProcessor(make_model_config(max_model_len), tokenizer, pool), tokenizer  # type: ignore[arg-type]
+
+
+def test_the_window_beyond_the_next_steps_is_tokenized_on_the_threads() -> None:
+    processor, tokenizer = _pooled()
+    requests = [text_request(f"r{i}", 2) for i in range(8)]
+    # 1. nothing ready: the window is tokenized before process returns (on the calling thread: few texts)
+    assert processor.process(requests) == 8
+    assert all(r.ready and not r.tokenizing for r in requests)
+    assert tokenizer.threads == [threading.current_thread().name]
+    # 2. the first half was scheduled; the new half is handed to the threads, not waited for
+    window = [*requests[4:], *[text_request(f"n{i}", 3) for i in range(4)]]
+    processor.process(window)
+    ahead = window[4:]
+    assert all(r.tokenizing or r.ready for r in ahead)
+    # 3. the next call keeps their results, each tokenized once, off the calling thread
+    for chunk in list(processor._chunks):
+        chunk.results()
+    assert processor.process(ahead) == 4
+    assert [r.num_tokens for r in ahead] == [5] * 4
+    assert all(r.ready and not r.tokenizing for r in ahead)
+    assert tokenizer.threads[1].startswith("wde-tokenize")
+    assert sum(len(call) for call in tokenizer.calls) == 12
+    processor.shutdown()
+
+
+def test_a_needed_request_in_flight_is_waited_for() -> None:
+    processor, _ = _pooled()
+    window = [text_request(f"r{i}", 1) for i in range(4)]
+    for request in window:
+        request.ready = True  # already scheduled-ready: the tail is prefetched
+    tail = [text_request(f"t{i}", 2) for i in range(4)]
+    processor.process([*window, *tail])
+    assert all(r.tokenizing or r.ready for r in tail)
+    # the head requests left (scheduled): the tail is now needed, and is waited for
+    processor.process(tail)
+    assert all(r.ready and r.num_tokens == 4 for r in tail)
+    processor.shutdown()
+
+
+def test_a_too_long_input_tokenized_on_a_thread_fails_alone() -> None:
+    processor, _ = _pooled(max_model_len=8)
+    requests = [text_request(f"r{i}", 2) for i in range(40)]
+    requests[7] = text_request("long", 30, truncate=False)
+    assert processor.process(requests) == 40  # more than one slice's worth: through the threads, waited for
+    assert requests[7].status == RequestStatus.FAILED and requests[7].ready
+    assert "more than max_model_len (8)" in str(requests[7].error)
+    assert all(r.num_tokens == 4 for i, r in enumerate(requests) if i != 7)
+    processor.shutdown()

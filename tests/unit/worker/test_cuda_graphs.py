@@ -6,7 +6,7 @@ import logging
 
 import pytest
 
-from wde.worker.cuda_graphs import CudaGraphManager, choose_bucket, graph_buckets
+from wde.worker.cuda_graphs import MAX_DEFAULT_BUCKET, CudaGraphManager, choose_bucket, graph_buckets
 
 BUCKETS = [256, 512, 1024, 2048]
 
@@ -41,7 +41,7 @@ def test_choose_bucket_is_the_smallest_that_fits(num_tokens: int, bucket: int | 
 
 
 def test_graph_buckets_stop_at_the_budget_which_is_always_a_bucket() -> None:
-    assert graph_buckets(None, 3000) == [256, 512, 1024, 2048, 3000]
+    assert graph_buckets(None, 1000) == [256, 320, 384, 448, 512, 640, 768, 896, 1000]
     assert graph_buckets([100, 5000, 300], 1000) == [100, 300, 1000]
     assert graph_buckets(None, 100) == [100]
     with pytest.raises(ValueError, match="positive ints"):
@@ -106,8 +106,11 @@ def test_unknown_mode_is_rejected() -> None:
         CudaGraphManager(BUCKETS, "always", FakeCapturer())
 
 
-def test_default_buckets_double_up_to_the_auto_budget() -> None:
-    """A batch is padded at most 2x, also between 16k tokens and the 65536-token "auto" cap."""
-    assert graph_buckets(None, 65536) == [256, 512, 1024, 2048, 4096, 8192, 16384, 32768, 65536]
-    buckets = graph_buckets(None, 50000)
-    assert all(choose_bucket(num_tokens, buckets) < 2 * num_tokens for num_tokens in range(129, 50001, 97))
+def test_default_buckets_are_quarter_octaves_up_to_8192_tokens() -> None:
+    """A batch up to 8,192 tokens is padded at most 25%; a larger one runs eagerly (no bucket holds it)."""
+    buckets = graph_buckets(None, 65536)
+    assert buckets[:5] == [256, 320, 384, 448, 512] and buckets[-1] == MAX_DEFAULT_BUCKET == 8192
+    assert len(buckets) == 21
+    assert all(choose_bucket(n, buckets) <= 1.25 * n for n in range(256, 8193, 7))
+    assert choose_bucket(8193, buckets) is None
+    assert graph_buckets(None, 3000)[-1] == 3000  # a budget under the cap is the largest bucket

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 
 
@@ -19,12 +20,21 @@ class PoolingMetadata:
     def from_seq_lens(
         cls, seq_lens: list[int], device: torch.device, input_ids: torch.Tensor | None = None
     ) -> PoolingMetadata:
-        lens = torch.tensor(seq_lens, dtype=torch.int64)
-        cu_seqlens = torch.zeros(len(seq_lens) + 1, dtype=torch.int64)
-        torch.cumsum(lens, 0, out=cu_seqlens[1:])
-        seq_ids = torch.repeat_interleave(torch.arange(len(seq_lens)), lens)
-        lens, cu_seqlens, seq_ids = (t.to(device, non_blocking=True) for t in (lens, cu_seqlens, seq_ids))
-        return cls(lens, cu_seqlens, seq_ids, input_ids)
+        # built in numpy (torch's small CPU ops cost more in dispatch than in work), copied pinned
+        lens = np.asarray(seq_lens, dtype=np.int64)
+        cu_seqlens = np.zeros(len(seq_lens) + 1, dtype=np.int64)
+        np.cumsum(lens, out=cu_seqlens[1:])
+        seq_ids = np.repeat(np.arange(len(seq_lens), dtype=np.int64), lens)
+        return cls(*(host_to_device(array, device) for array in (lens, cu_seqlens, seq_ids)), input_ids)
+
+
+def host_to_device(array: np.ndarray, device: torch.device) -> torch.Tensor:
+    """Host array -> device tensor; on CUDA through pinned memory (torch's caching host allocator) so the
+    copy is asynchronous."""
+    tensor = torch.from_numpy(array)
+    if device.type == "cpu":
+        return tensor
+    return tensor.pin_memory().to(device, non_blocking=True)
 
 
 def cls_pool(hidden: torch.Tensor, meta: PoolingMetadata) -> torch.Tensor:

@@ -1,0 +1,184 @@
+"""The engine's host work per text, where the forward is nearly free: a random 1-layer BERT of hidden size 32
+with the bundled MiniLM tokenizer (``--model host``), or any model folder / ``minilm`` on a GPU.
+
+    python -m benchmarks.host_overhead                       # CPU, 16,000 docs.jsonl texts
+    python -m benchmarks.host_overhead --device cuda --model minilm --dtype float16
+
+Rows, in microseconds per text (and texts/s), all in one run:
+- the tokenizer alone: wde's ``Tokenizer.encode_batch`` over every text in one call (rayon's threads);
+- ``LLM.encode`` from ``prompt_token_ids`` (no tokenizer) and from text;
+- the forward's own share: the executor's time in ``execute_model`` (``BatchStats``), and on CUDA the GPU's
+  busy share (kernel time over wall time, from the executor's CUDA events);
+- host work beside tokenizer and forward: from-ids wall minus the forward, per text;
+- sentence-transformers' ``encode`` (batch 32) on the same texts and device.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from benchmarks.dataset import load_texts, shared_data_path
+
+HOST_SIZE = {"hidden_size": 32, "num_hidden_layers": 1, "num_attention_heads": 2, "intermediate_size": 64}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--data", default=shared_data_path("docs.jsonl"))
+    parser.add_argument("--num-texts", type=int, default=16_000, help="the data's texts, cycled to this many")
+    parser.add_argument("--model", default="host", help="host (the tiny random BERT), minilm, or a folder")
+    parser.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
+    parser.add_argument("--dtype", default=None, help="default: float32 on cpu, float16 on cuda")
+    parser.add_argument("--executor", default=None, choices=["sync", "async"])
+    parser.add_argument("--tokenizer-workers", type=int, default=None, help="default: the engine's")
+    parser.add_argument("--repeats", type=int, default=3, help="timed passes per row (the median is kept)")
+    parser.add_argument("--no-peer", action="store_true", help="skip sentence-transformers")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = build_parser().parse_args(argv)
+    dtype = args.dtype or ("float16" if args.device == "cuda" else "float32")
+    texts = cycled(load_texts(args.data), args.num_texts)
+    from benchmarks.cpu_info import cpu_model
+    from wde.engine_args import default_model_path
+
+    minilm = Path(os.environ.get("WDE_GPU_MODEL") or default_model_path())  # gpu_check sets it
+    print(f"# wde host overhead: {len(texts):,} texts of {args.data}")
+    print(f"- machine: {cpu_model()}, {os.cpu_count()} cores; device {args.device}, {dtype}")
+    print(f"- TOKENIZERS_PARALLELISM={os.environ.get('TOKENIZERS_PARALLELISM', '(unset)')}")
+    with tempfile.TemporaryDirectory() as scratch:
+        model = model_folder(args.model, minilm, Path(scratch))
+        rows = measure(model, texts, args, dtype)
+    print()
+    print("| row | µs per text | texts/s |")
+    print("|---|---|---|")
+    for name, seconds in rows.items():
+        if seconds is None:
+            continue
+        print(f"| {name} | {seconds / len(texts) * 1e6:,.1f} | {len(texts) / seconds:,.0f} |")
+    tokenizer_s, from_text = rows["tokenizer alone (one call)"], rows["LLM.encode from text"]
+    if tokenizer_s and from_text:
+        print(f"\nfrom text / tokenizer alone: {from_text / tokenizer_s:.2f}x")
+
+
+def cycled(texts: list[str], num_texts: int) -> list[str]:
+    return [texts[i % len(texts)] for i in range(num_texts)]
+
+
+def model_folder(model: str, minilm: Path, scratch: Path) -> Path:
+    if model == "minilm":
+        return minilm
+    if model != "host":
+        return Path(model)
+    from benchmarks.random_bert import BERT_SIZES, write_random_bert
+
+    BERT_SIZES.setdefault("host", HOST_SIZE)
+    return write_random_bert(scratch / "bert-host", "host", minilm)
+
+
+def median_seconds(run: Callable[[], object], repeats: int) -> float:
+    """The median of ``repeats`` timed calls, after one untimed warm-up (lazy graphs, allocator, caches)."""
+    run()
+    seconds = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        run()
+        seconds.append(time.perf_counter() - start)
+    return statistics.median(seconds)
+
+
+def measure(model: Path, texts: list[str], args: argparse.Namespace, dtype: str) -> dict[str, float | None]:
+    from wde import LLM
+
+    rows: dict[str, float | None] = {}
+    engine_args: dict[str, object] = {"device": args.device, "dtype": dtype}
+    if args.executor:
+        engine_args["executor"] = args.executor
+    if args.tokenizer_workers:
+        engine_args["tokenizer_workers"] = args.tokenizer_workers
+    llm = LLM(str(model), **engine_args)
+    try:
+        tokenizer = llm.engine.tokenizer
+        rows["tokenizer alone (one call)"] = median_seconds(
+            lambda: tokenizer.encode_batch(texts), args.repeats
+        )
+        prompts = [{"prompt_token_ids": encoding.token_ids} for encoding in tokenizer.encode_batch(texts)]
+        clock = ForwardTime(llm)
+        rows["LLM.encode from token ids"] = median_seconds(lambda: llm.encode(prompts), args.repeats)
+        forward_s, busy = clock.per_pass(1 + args.repeats)
+        rows["  of which execute_model (forward + pooling + output copy)"] = forward_s
+        rows["  host work beside the forward"] = rows["LLM.encode from token ids"] - forward_s
+        if busy is not None:
+            print(f"- GPU busy share, from ids: {busy:.0%}")
+        rows["LLM.encode from text"] = median_seconds(lambda: llm.encode(texts), args.repeats)
+        _, busy = clock.per_pass(1 + args.repeats)
+        if busy is not None:
+            print(f"- GPU busy share, from text: {busy:.0%}")
+    finally:
+        llm.engine.shutdown()
+    if not args.no_peer:
+        rows["sentence-transformers encode (batch 32)"] = sentence_transformers_seconds(
+            model, texts, args, dtype
+        )
+    return rows
+
+
+class ForwardTime:
+    """Sums the executor's forward seconds (``BatchStats.execute_seconds``) over each ``LLM.encode`` pass,
+    and the GPU busy share the runner's CUDA events measured (None on CPU)."""
+
+    def __init__(self, llm: object) -> None:
+        self.engine = llm.engine  # type: ignore[attr-defined]
+        self.seconds = 0.0
+        step = self.engine.step
+
+        def timed_step():  # type: ignore[no-untyped-def]
+            outputs = step()
+            for batch in self.engine.last_step_stats.finished_batches:
+                self.seconds += batch.execute_seconds
+            return outputs
+
+        self.engine.step = timed_step
+        self._mark()
+
+    def _mark(self) -> None:
+        self.seconds = 0.0
+        self.busy = getattr(self.engine.runner, "busy_clock", None)
+        if self.busy is not None:
+            self.busy.reset()
+
+    def per_pass(self, num_passes: int) -> tuple[float, float | None]:
+        """Forward seconds per pass since the last call (warm-up included), and the GPU busy share."""
+        seconds = self.seconds / num_passes
+        busy = self.busy.share() if self.busy is not None else None
+        self._mark()
+        return seconds, busy
+
+
+def sentence_transformers_seconds(
+    model: Path, texts: list[str], args: argparse.Namespace, dtype: str
+) -> float | None:
+    try:
+        import torch
+        from sentence_transformers import SentenceTransformer
+    except ImportError:
+        print("- sentence-transformers is not installed: its row is skipped", file=sys.stderr)
+        return None
+    st = SentenceTransformer(str(model), device=args.device)
+    if dtype != "float32":
+        st = st.to(getattr(torch, dtype))
+    return median_seconds(lambda: st.encode(texts, batch_size=32), args.repeats)
+
+
+if __name__ == "__main__":
+    main()
