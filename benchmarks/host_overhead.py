@@ -104,7 +104,7 @@ def measure(model: Path, texts: list[str], args: argparse.Namespace, dtype: str)
     engine_args: dict[str, object] = {"device": args.device, "dtype": dtype}
     if args.executor:
         engine_args["executor"] = args.executor
-    if args.tokenizer_workers:
+    if args.tokenizer_workers is not None:
         engine_args["tokenizer_workers"] = args.tokenizer_workers
     llm = LLM(str(model), **engine_args)
     try:

@@ -322,7 +322,8 @@ class SchedulerConfig:
     # The engine loop's hold before a step for the clients the last step answered (0: off); see
     # wde/engine/batch_forming.py.
     max_batch_wait_seconds: float = 0.0
-    tokenizer_workers: int = 1  # threads of the engine's TokenizerPool (wde/engine/tokenizer_pool.py)
+    # threads of the engine's TokenizerPool (wde/engine/tokenizer_pool.py); 0: tokenize on the engine thread
+    tokenizer_workers: int = 0
 
     def __post_init__(self) -> None:
         if self.max_num_lookahead == 0:
@@ -339,8 +340,8 @@ class SchedulerConfig:
             raise ValueError(f"max_num_seqs ({self.max_num_seqs}) must be >= 1")
         if self.max_num_lookahead < 1:
             raise ValueError(f"max_num_lookahead ({self.max_num_lookahead}) must be >= 1")
-        if self.tokenizer_workers < 1:
-            raise ValueError(f"tokenizer_workers ({self.tokenizer_workers}) must be >= 1")
+        if self.tokenizer_workers < 0:
+            raise ValueError(f"tokenizer_workers ({self.tokenizer_workers}) must be >= 0 (0: no threads)")
         if self.max_batch_wait_seconds < 0:
             raise ValueError(f"max_batch_wait_ms ({self.max_batch_wait_seconds * 1e3:g}) must be >= 0")
 

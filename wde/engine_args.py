@@ -96,9 +96,10 @@ class EngineArgs:
     )
     tokenizer_workers: int | None = flag(
         None,
-        help="threads that tokenize waiting requests ahead of the scheduler, beside the engine thread "
-        "(default: 1, as tokenizers spreads each call over the cores; with TOKENIZERS_PARALLELISM=false the "
-        "cores this process may use, minus one)",
+        help="threads that tokenize waiting requests ahead of the scheduler, while a batch runs (0: on the "
+        "engine thread, between batches). Default: 0 on CPU, where the forward uses every core; on CUDA 1, "
+        "as tokenizers spreads each call over the cores (with TOKENIZERS_PARALLELISM=false: the cores this "
+        "process may use, minus one)",
     )
     attention_backend: str = flag(
         "auto",
@@ -249,7 +250,9 @@ class EngineArgs:
                 max_num_batched_tokens=max_num_batched_tokens,
                 max_num_seqs=self.max_num_seqs or DEFAULT_MAX_NUM_SEQS,
                 max_batch_wait_seconds=self.max_batch_wait_ms / 1e3,
-                tokenizer_workers=self.tokenizer_workers or default_tokenizer_workers(),
+                tokenizer_workers=default_tokenizer_workers(platform.device_type)
+                if self.tokenizer_workers is None
+                else self.tokenizer_workers,
                 budget_reason="set explicitly"
                 if self.max_num_batched_tokens
                 else f"{platform.device_type} default",

@@ -132,6 +132,25 @@ def test_sync_and_async_executors_give_identical_embeddings(default_llm: LLM) ->
     assert np.array_equal(sync_out, async_out)
 
 
+def test_tokenizer_threads_give_identical_embeddings_and_tokenize_each_text_once() -> None:
+    """Texts tokenized ahead on the TokenizerPool's threads (while batches run) equal those tokenized on the
+    engine thread (16 sequences a step: a lookahead of 32, chunks of 16 to the threads)."""
+    from tests.tiny_models import training_texts
+
+    docs = training_texts()
+    inline = LLM(tokenizer_workers=0, max_num_batched_tokens=2048, max_num_seqs=16)
+    threaded = LLM(tokenizer_workers=2, max_num_batched_tokens=2048, max_num_seqs=16)
+    assert threaded.engine.request_processor.pool is not None and inline.engine.request_processor.pool is None
+    calls = []
+    encode_batch = threaded.engine.tokenizer.encode_batch
+    threaded.engine.tokenizer.encode_batch = lambda texts, truncation=None: (  # type: ignore[method-assign]
+        calls.append(len(texts)) or encode_batch(texts, truncation)
+    )
+    assert np.array_equal(embeddings(inline.encode(docs)), embeddings(threaded.encode(docs)))
+    assert sum(calls) == len(docs)  # every text once
+    threaded.engine.shutdown()
+
+
 def test_engine_step_loop_and_abort(default_llm: LLM) -> None:
     engine = default_llm.engine
     engine.add_request("keep", "kept request")

@@ -37,14 +37,16 @@ class LLMEngine:
         is_padded: bool,
         use_pool: bool = False,
     ) -> None:
-        """``use_pool``: tokenize ahead on ``tokenizer_workers`` threads (``from_engine_config`` does)."""
+        """``use_pool``: tokenize ahead on ``tokenizer_workers`` threads, where there are any
+        (``from_engine_config`` asks for it)."""
         self.engine_config = engine_config
         self.model_config = engine_config.model_config
         self.workflow = workflow
         self.tokenizer = tokenizer
         self.runner = runner
         self.input_processor = workflow.input_processor(self.model_config)
-        pool = TokenizerPool(engine_config.scheduler_config.tokenizer_workers) if use_pool else None
+        num_workers = engine_config.scheduler_config.tokenizer_workers
+        pool = TokenizerPool(num_workers) if use_pool and num_workers > 0 else None
         self.request_processor = workflow.request_processor(self.model_config, tokenizer, pool)
         self.scheduler = workflow.scheduler(engine_config.scheduler_config, self.request_processor, is_padded)
         self.executor: Executor = EXECUTORS[engine_config.device_config.executor](runner)

@@ -37,15 +37,17 @@ class RequestProcessor:
         """Make the front of ``requests`` (the scheduler's window, in scheduling order) ready; returns how
         many got their tokens in this call."""
         # 1. inputs given as token ids only need the length check, once
-        for request in requests:
-            if not request.ready and request.is_tokenized and not request.tokenizing:
+        not_ready = [index for index, request in enumerate(requests) if not request.ready]
+        for index in not_ready:
+            request = requests[index]
+            if request.is_tokenized and not request.tokenizing:
                 self._truncate_token_ids(request)
                 self._apply_side(request)
                 request.ready = True
         # 2. keep what the tokenizer threads finished
         num_done = self._collect(wait_for=None)
         # 3. the next steps need a request that is not ready: wait for its chunk, or tokenize it now
-        first = next((index for index, request in enumerate(requests) if not request.ready), None)
+        first = next((index for index in not_ready if not requests[index].ready), None)
         if first is None:
             return num_done
         half = max(1, len(requests) // 2)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import math
 import time
 from collections import deque
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from itertools import islice
 
@@ -101,7 +101,7 @@ class Scheduler:
     def schedule(self) -> SchedulerOutput:
         output = SchedulerOutput()
         # 1. tokenize the front of the queues in one batched call (lazy: only what may run soon)
-        window = list(islice(self._in_order(), self.config.max_num_lookahead))
+        window = self._window(self.config.max_num_lookahead)
         start = time.perf_counter()
         output.num_tokenized = self.request_processor.process(window)
         output.tokenize_seconds = time.perf_counter() - start
@@ -190,6 +190,12 @@ class Scheduler:
             return self.max_num_low_priority_tokens
         return self.max_num_batched_tokens
 
-    def _in_order(self) -> Iterator[Request]:
+    def _window(self, max_num_requests: int) -> list[Request]:
+        """The first ``max_num_requests`` waiting requests in scheduling order (``islice`` walks each
+        queue in C)."""
+        window: list[Request] = []
         for priority in sorted(self.queues):
-            yield from self.queues[priority]
+            window.extend(islice(self.queues[priority], max_num_requests - len(window)))
+            if len(window) >= max_num_requests:
+                break
+        return window

@@ -55,11 +55,14 @@ def test_zero_workers_is_refused() -> None:
         TokenizerPool(0)
 
 
-def test_default_workers_follow_tokenizers_parallelism(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_default_workers_by_device_and_tokenizers_parallelism(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     monkeypatch.delenv("TOKENIZERS_PARALLELISM", raising=False)
-    assert default_tokenizer_workers() == 1  # tokenizers spreads each call over the cores itself
+    assert default_tokenizer_workers("cpu") == 0  # the forward uses every core: tokenize between batches
+    assert default_tokenizer_workers("cuda") == 1  # tokenizers spreads each call over the cores itself
     monkeypatch.setenv("TOKENIZERS_PARALLELISM", "false")
     monkeypatch.setattr("os.sched_getaffinity", lambda pid: set(range(6)))
-    assert default_tokenizer_workers() == 5  # the cores, one left for the engine thread
+    assert default_tokenizer_workers("cuda") == 5  # the cores, one left for the engine thread
     monkeypatch.setattr("os.sched_getaffinity", lambda pid: {0})
-    assert default_tokenizer_workers() == 1
+    assert default_tokenizer_workers("cuda") == 1
