@@ -295,6 +295,7 @@ def host_report_lines(log: Path) -> list[str]:
 
 def host_command(args: argparse.Namespace, data_dir: Path | None) -> list[str]:
     command = [sys.executable, "-m", "benchmarks.host_overhead", "--model", "minilm", "--device", args.device]
+    command += ["--repeats", "2"]
     if data_dir is not None:
         command += ["--data", str(data_dir / "docs.jsonl")]
     if args.device != "cuda":
