@@ -8,6 +8,7 @@ import gc
 import statistics
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -21,6 +22,8 @@ class WdeRun:
     backend: str  # the attention backend the engine ran
     captured: list[int] = field(default_factory=list)  # graph buckets captured by the end
     embeddings: np.ndarray | None = None  # [num_texts, dim] of the warm-up pass
+    ids_tokens_per_s: float | None = None  # the same texts given as token ids (no tokenizer in the loop)
+    busy_share: float | None = None  # the GPU's busy share over the timed passes from text (None on CPU)
 
 
 def synchronize(device: str) -> None:
@@ -53,12 +56,16 @@ def measure_wde(model: str, texts: list[str], repeats: int, device: str, **engin
     try:
         outputs = llm.encode(texts)
         num_tokens = sum(output.num_tokens for output in outputs)
-        seconds = []
-        for _ in range(repeats):
-            start = time.perf_counter()
-            llm.encode(texts)
-            seconds.append(time.perf_counter() - start)
         runner = llm.engine.runner
+        busy_clock = getattr(runner, "busy_clock", None)  # CUDA only
+        if busy_clock is not None:
+            busy_clock.reset()
+        encode = llm.encode
+        seconds = timed_passes(lambda: encode(texts), repeats)
+        busy_share = busy_clock.share() if busy_clock is not None else None
+        prompts = [{"prompt_token_ids": e.token_ids} for e in llm.engine.tokenizer.encode_batch(texts)]
+        llm.encode(prompts)  # warm-up
+        ids_seconds = timed_passes(lambda: encode(prompts), repeats)
         graphs = runner.cuda_graphs
         return WdeRun(
             startup_s=startup_s,
@@ -67,11 +74,23 @@ def measure_wde(model: str, texts: list[str], repeats: int, device: str, **engin
             backend=runner.attn_backend_cls.name,
             captured=sorted(graphs.graphs) if graphs is not None else [],
             embeddings=np.stack([output.embedding for output in outputs]),
+            ids_tokens_per_s=num_tokens / statistics.median(ids_seconds),
+            busy_share=busy_share,
         )
     finally:
         llm.engine.shutdown()
         del llm
         release(device)
+
+
+def timed_passes(run: Callable[[], object], repeats: int) -> list[float]:
+    """Seconds of each of ``repeats`` calls (at least one)."""
+    seconds = []
+    for _ in range(max(1, repeats)):
+        start = time.perf_counter()
+        run()
+        seconds.append(time.perf_counter() - start)
+    return seconds
 
 
 @dataclass

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import multiprocessing
 import os
 import sys
 import time
@@ -92,6 +93,60 @@ async def drive(
         await asyncio.gather(*(client_loop(session) for _ in range(concurrency)))
         seconds, client_cpu_s = time.perf_counter() - start, time.process_time() - start_cpu
     return LoadResult(concurrency, len(latencies), seconds, latencies, num_errors, client_cpu_s)
+
+
+def drive_in_processes(
+    url: str,
+    texts: Sequence[Any],
+    concurrency: int,
+    num_processes: int,
+    path: str = "/embed",
+    body: Callable[[Any], dict[str, Any]] = tei_body,
+) -> LoadResult:
+    """``drive`` with its ``concurrency`` clients spread over ``num_processes`` load-generator processes
+    (one event loop each, started together), so that on a many-core machine the generator is not what
+    limits the server; ``body`` must be a module-level function (it crosses to the processes)."""
+    if num_processes <= 1:
+        return asyncio.run(drive(url, texts, concurrency, path, body))
+    context = multiprocessing.get_context("spawn")
+    barrier, results = context.Barrier(num_processes), context.Queue()
+    processes = [
+        context.Process(
+            target=_client_process,
+            args=(url, texts[index::num_processes], share, path, body, barrier, results),
+        )
+        for index, share in enumerate(_shares(concurrency, num_processes))
+    ]
+    for process in processes:
+        process.start()
+    parts: list[LoadResult] = [results.get(timeout=REQUEST_TIMEOUT_S * 10) for _ in processes]
+    for process in processes:
+        process.join()
+    return LoadResult(
+        concurrency,
+        sum(part.num_requests for part in parts),
+        max(part.seconds for part in parts),
+        [latency for part in parts for latency in part.latencies],
+        sum(part.num_errors for part in parts),
+        sum(part.client_cpu_s for part in parts),
+    )
+
+
+def _shares(total: int, num_parts: int) -> list[int]:
+    return [total // num_parts + (index < total % num_parts) for index in range(num_parts)]
+
+
+def _client_process(
+    url: str,
+    texts: Sequence[Any],
+    concurrency: int,
+    path: str,
+    body: Callable[[Any], dict[str, Any]],
+    barrier: Any,
+    results: Any,
+) -> None:
+    barrier.wait()
+    results.put(asyncio.run(drive(url, texts, concurrency, path, body)))
 
 
 @contextmanager

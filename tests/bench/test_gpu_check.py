@@ -98,24 +98,31 @@ def test_bench_smoke_path_on_cpu(tmp_path: Path, data_dir: Path) -> None:
     assert float(cells[4].replace(",", "")) > 0  # tokens/s
     assert re.fullmatch(r"\d+\.\d+x", cells[5])  # against sentence-transformers float32
     assert float(cells[7]) >= 0.9999  # min cosine against sentence-transformers float32
-    assert any(
-        line.startswith("| sentence-transformers (batch 32) | float32 |") for line in text.splitlines()
-    )
+    assert float(cells[9].replace(",", "")) > 0  # tokens/s from token ids
+    assert cells[10] == "-"  # no GPU busy share on CPU
+    for batch_size in (32, 256):
+        assert any(
+            line.startswith(f"| sentence-transformers (batch {batch_size}) | float32 |")
+            for line in text.splitlines()
+        )
 
 
 @pytest.mark.slow
 def test_bench_smoke_path_with_the_server_on_cpu(tmp_path: Path, data_dir: Path) -> None:
-    """The whole smoke run: the bundled model too, and wde serve at concurrency 64 (one text and 32 per
-    request) against in-process."""
+    """The whole smoke run: the bundled model too, and wde serve (one text per request at concurrency 64 and
+    256, 32 per request at 64; two client processes) against in-process."""
     report = tmp_path / "bench.md"
     gpu_modes.main(
-        ["--device", "cpu", "--smoke", "--backends", "torch_sdpa", "--out", str(report), *data_args(data_dir)]
+        [
+            *("--device", "cpu", "--smoke", "--backends", "torch_sdpa", "--client-processes", "2"),
+            *("--out", str(report), *data_args(data_dir)),
+        ]
     )
     text = report.read_text()
     assert "## all-MiniLM-L6-v2 (bundled)" in text
-    server_rows = [line for line in text.splitlines() if re.match(r"\| (1|32) \| 16 \|", line)]
-    assert len(server_rows) == 2
-    assert all(row.split("|")[7].strip() == "0" for row in server_rows)  # no errors
+    server_rows = [line for line in text.splitlines() if re.match(r"\| (1|32) \| (64|256) \| 16 \|", line)]
+    assert len(server_rows) == 3
+    assert all(row.split("|")[8].strip() == "0" for row in server_rows)  # no errors
 
 
 @pytest.mark.slow
