@@ -53,8 +53,9 @@ class RequestProcessor:
         half = max(1, len(requests) // 2)
         if first < half and requests[first].tokenizing:
             num_done += self._collect(wait_for=requests[first])
-        elif first < half:
-            num_done += self._tokenize_now([r for r in requests if not r.ready and not r.tokenizing])
+        elif first < half:  # with threads, only the first half now (the rest goes ahead, below)
+            needed = requests if self.pool is None else requests[:half]
+            num_done += self._tokenize_now([r for r in needed if not r.ready and not r.tokenizing])
         # 4. what the window holds beyond that, ahead of need: to the threads (while this step's batch
         #    runs) once there are enough for a batched call; without threads, now, a half window at a time
         unsubmitted = [request for request in requests if not request.ready and not request.tokenizing]

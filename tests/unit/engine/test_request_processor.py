@@ -110,23 +110,28 @@ def _pooled(
 def test_the_window_beyond_the_next_steps_is_tokenized_on_the_threads() -> None:
     processor, tokenizer = _pooled()
     requests = [text_request(f"r{i}", 2) for i in range(8)]
-    # 1. nothing ready: the window is tokenized before process returns (on the calling thread: few texts)
-    assert processor.process(requests) == 8
+    # 1. nothing ready: the first half (what the next steps take) is tokenized before process returns, on
+    #    the calling thread (few texts); the second half goes to the threads
+    assert processor.process(requests) == 4
+    assert all(r.ready and not r.tokenizing for r in requests[:4])
+    assert all(r.ready or r.tokenizing for r in requests[4:])
+    assert tokenizer.threads[0] == threading.current_thread().name
+    # 2. the next call keeps the threads' results
+    for chunk in list(processor._chunks):
+        chunk.results()
+    assert processor.process(requests[4:]) == 4
     assert all(r.ready and not r.tokenizing for r in requests)
-    assert tokenizer.threads == [threading.current_thread().name]
-    # 2. the first half was scheduled; the new half is handed to the threads, not waited for
+    assert tokenizer.threads[1].startswith("wde-tokenize")
+    # 3. the first half was scheduled: the window's new half is handed to the threads, not waited for
     window = [*requests[4:], *[text_request(f"n{i}", 3) for i in range(4)]]
     processor.process(window)
     ahead = window[4:]
     assert all(r.tokenizing or r.ready for r in ahead)
-    # 3. the next call keeps their results, each tokenized once, off the calling thread
     for chunk in list(processor._chunks):
         chunk.results()
     assert processor.process(ahead) == 4
     assert [r.num_tokens for r in ahead] == [5] * 4
-    assert all(r.ready and not r.tokenizing for r in ahead)
-    assert tokenizer.threads[1].startswith("wde-tokenize")
-    assert sum(len(call) for call in tokenizer.calls) == 12
+    assert sum(len(call) for call in tokenizer.calls) == 12  # each text once
     processor.shutdown()
 
 
@@ -146,10 +151,14 @@ def test_a_needed_request_in_flight_is_waited_for() -> None:
 
 def test_a_too_long_input_tokenized_on_a_thread_fails_alone() -> None:
     processor, _ = _pooled(max_model_len=8)
-    requests = [text_request(f"r{i}", 2) for i in range(40)]
+    requests = [text_request(f"r{i}", 2) for i in range(80)]
     requests[7] = text_request("long", 30, truncate=False)
-    assert processor.process(requests) == 40  # more than one slice's worth: through the threads, waited for
+    # the first half now: more than one slice's worth, so through the threads, waited for
+    assert processor.process(requests) == 40
     assert requests[7].status == RequestStatus.FAILED and requests[7].ready
     assert "more than max_model_len (8)" in str(requests[7].error)
+    for chunk in list(processor._chunks):
+        chunk.results()
+    assert processor.process(requests) == 40  # the second half, tokenized ahead
     assert all(r.num_tokens == 4 for i, r in enumerate(requests) if i != 7)
     processor.shutdown()
