@@ -12,8 +12,10 @@ import tokenizers
 
 TextInput = str | tuple[str, str]
 TRUNCATION_DIRECTIONS = ("right", "left")  # which end of an over-long input is cut (left: keep the end)
-# At most this many texts are encoded one by one on the calling thread: waking tokenizers' thread pool for
-# them cost a GPU server a third of its one-text requests/s (H200 machine, 16 cores, 2026-11-27).
+# At most this many texts are encoded one by one on the calling thread, without waking tokenizers' thread
+# pool (a server's steps of one text each). On the H200 machine (16 cores, 2026-11-27) wde serve answered
+# 30% fewer one-text requests/s with that pool than with TOKENIZERS_PARALLELISM=false; this alone did not
+# win it back (docs/benchmarks.md, "The host path on a GPU"): the rest is issue 37's.
 MAX_SERIAL_INPUTS = 4
 MAX_TRUNCATION_VARIANTS = 8  # tokenizer copies kept for per-request lengths / left truncation (LRU)
 
