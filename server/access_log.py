@@ -68,12 +68,12 @@ def _level(scope: Scope, status: int) -> int:
 
 
 def _error_message(body: bytes) -> str:
-    """The message of our TEI or OpenAI error shape; the raw text otherwise."""
+    """The message of our TEI, OpenAI or Cohere error shape; the raw text otherwise."""
     try:
         payload = orjson.loads(body)
     except orjson.JSONDecodeError:
         return body.decode("utf-8", errors="replace").strip()
-    error = payload.get("error") if isinstance(payload, dict) else None
+    error = payload.get("error", payload.get("message")) if isinstance(payload, dict) else None
     if isinstance(error, dict):
         error = error.get("message")
     return str(error if error is not None else payload)

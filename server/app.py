@@ -9,10 +9,10 @@ Adding a route group (the rerank routes ``/rerank``, ``/v1/rerank``, ``/v2/reran
      ``await state.engine.score(...)`` and returns ``ORJSONResponse(...)``;
   3. the module added to ``ROUTE_MODULES`` below.
 Handlers only raise; a new exception type gets its status in ``server/errors.py``'s ``ERROR_TABLE`` (and
-in ``TEI_ERROR_TABLE`` where TEI answers it differently; ``server/doors.py`` says which routes are TEI's:
-``/v1/*`` paths get OpenAI's error shape and statuses automatically). Auth, admission (429/503), the
-payload limit (413), metrics by route and the abort of a disconnected client's requests apply without any
-change (``server/middleware/request_pipeline.py``).
+in ``TEI_ERROR_TABLE`` / ``COHERE_ERROR_TABLE`` where TEI / Cohere answer it differently; ``server/doors.py``
+says which routes are TEI's and Cohere's: ``/v1/*`` paths get OpenAI's error shape and statuses
+automatically). Auth, admission (429/503), the payload limit (413), metrics by route and the abort of a
+disconnected client's requests apply without any change (``server/middleware/request_pipeline.py``).
 """
 
 from __future__ import annotations
@@ -40,6 +40,7 @@ from server.responses import ORJSONResponse
 from server.routes import (
     batches,
     classify,
+    cohere_embed,
     compat,
     decode,
     embed,
@@ -69,6 +70,7 @@ ROUTE_MODULES = (
     embed_all,
     embed_sparse,
     rerank,
+    cohere_embed,
     predict,
     tokenize,
     decode,

@@ -1,11 +1,12 @@
 """The one table from exceptions to HTTP answers, and the two error body shapes.
 
 TEI routes answer ``{"error": "...", "error_type": "..."}``; ``/v1/*`` routes answer OpenAI's
-``{"error": {"message", "type", "param", "code"}}``. Route handlers raise; the handlers registered in
-``install_error_handlers`` (and the middlewares, through ``error_response``) render. A route's door
-(``server/doors.py``) picks the shape and, where TEI's statuses differ from OpenAI's convention (an over-long
-input: 413, not 400; a route the model does not serve: 424; an empty list of inputs: 400), the status:
-``ERROR_TABLE`` holds every door's answer, ``TEI_ERROR_TABLE`` TEI's where it differs.
+``{"error": {"message", "type", "param", "code"}}``; Cohere's embed routes Cohere's ``{"id", "message"}``.
+Route handlers raise; the handlers registered in ``install_error_handlers`` (and the middlewares, through
+``error_response``) render. A route's door (``server/doors.py``) picks the shape and, where TEI's statuses
+differ from OpenAI's convention (an over-long input: 413, not 400; a route the model does not serve: 424; an
+empty list of inputs: 400) or Cohere's do (an invalid body: 400, not 422), the status: ``ERROR_TABLE`` holds
+every door's answer, ``TEI_ERROR_TABLE`` and ``COHERE_ERROR_TABLE`` TEI's and Cohere's where they differ.
 
 A 500 says what failed without internals ("inputs[2]: the forward pass failed for this input") and a
 request id (also the ``X-Request-Id`` header); the exception itself goes to the log, once, under that id.
@@ -17,6 +18,7 @@ import contextlib
 import logging
 import re
 import secrets
+import uuid
 from dataclasses import dataclass
 from typing import Any
 
@@ -121,6 +123,20 @@ TEI_ERROR_TABLE: dict[type[Exception], ErrorKind] = {
     InputTooLongError: ErrorKind(413, "Validation", "invalid_request_error", "context_length_exceeded"),
     TaskNotSupportedError: ErrorKind(424, "Backend", "invalid_request_error", "unsupported_task"),
 }
+# Cohere's door: Cohere answers every body it cannot take 400 ("required fields are missing, or the values
+# provided are not valid", docs.cohere.com/reference/errors), more texts than it takes in one call included.
+COHERE_VALIDATION = ErrorKind(400, "Validation", "invalid_request_error")
+COHERE_ERROR_TABLE: dict[type[Exception], ErrorKind] = {
+    RequestValidationError: COHERE_VALIDATION,
+    ValueError: COHERE_VALIDATION,
+    TypeError: COHERE_VALIDATION,
+    TooManyInputsError: ErrorKind(400, "Validation", "invalid_request_error", "too_many_inputs"),
+}
+DOOR_TABLES: dict[Door, tuple[dict[type[Exception], ErrorKind], ...]] = {
+    Door.TEI: (TEI_ERROR_TABLE, ERROR_TABLE),
+    Door.OPENAI: (ERROR_TABLE,),
+    Door.COHERE: (COHERE_ERROR_TABLE, ERROR_TABLE),
+}
 # TEI's door: an empty list of inputs ("Batch is empty" in TEI's documents after v1.7.1; elsewhere: 422
 # naming the field, as other bad input).
 EMPTY_INPUTS = ErrorKind(400, "Empty", "invalid_request_error", "empty_inputs")
@@ -143,19 +159,19 @@ HTTP_ERROR_KINDS = {
 
 
 def error_kind(error: BaseException, path: str) -> ErrorKind:
-    """How ``error`` is answered on ``path``: its most specific class's kind (TEI's, on TEI's door)."""
+    """How ``error`` is answered on ``path``: its most specific class's kind (TEI's on TEI's door, Cohere's on
+    Cohere's)."""
     if isinstance(error, HTTPException):  # routing: 404 unknown path, 405 wrong method
         if error.status_code in HTTP_ERROR_KINDS:
             return HTTP_ERROR_KINDS[error.status_code]
         tei_type = "Validation" if error.status_code < 500 else "Backend"
         openai_type = "invalid_request_error" if error.status_code < 500 else "server_error"
         return ErrorKind(error.status_code, tei_type, openai_type)
-    tei = door_of(path) is Door.TEI
-    if tei and _is_empty_inputs(error):
+    door = door_of(path)
+    if door is Door.TEI and _is_empty_inputs(error):
         return EMPTY_INPUTS
-    tables = (TEI_ERROR_TABLE, ERROR_TABLE) if tei else (ERROR_TABLE,)
     for cls in type(error).__mro__:
-        for table in tables:
+        for table in DOOR_TABLES[door]:
             if cls in table:
                 return table[cls]
     return SERVER_ERROR
@@ -182,10 +198,13 @@ def error_response(
     if kind.status == 500:
         request_id = f"req_{secrets.token_hex(8)}"
         message = f"{message} (request id {request_id}; the server log has the details)"
-    if door_of(path) is Door.OPENAI:
+    door = door_of(path)
+    if door is Door.COHERE:  # (an engine's "inputs[i]: ..." names the i-th of texts / inputs)
+        body: dict[str, Any] = {"id": request_id or str(uuid.uuid4()), "message": message}
+    elif door is Door.OPENAI:
         if param == "inputs":
             param, message = "input", message.replace("inputs[", "input[").replace("inputs:", "input:")
-        body: dict[str, Any] = {
+        body = {
             "error": {"message": message, "type": kind.openai_type, "param": param, "code": kind.openai_code}
         }
         if path in TEI_OPENAI_PATHS:  # TEI's documented shape of its OpenAI route's errors, alongside

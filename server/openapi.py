@@ -1,11 +1,11 @@
 """``install_openapi(app, state)``: an /openapi.json that tells the truth about this server.
 
 FastAPI's schema documents 200 and 422 only, and knows nothing of the served model. This adds, per route,
-the error statuses the server answers (in the route family's error shape: TEI's or OpenAI's) and, once
-the model is loaded, the model's own limits: only the routes of its task and output kinds, its prompt
-names, its hidden size for ``dimensions``, its vocabulary for token ids, --max-client-batch-size for lists,
-and the bodies TEI's ``POST /`` takes for it. Generated clients and schemathesis' positive cases then send
-what the server accepts. The complete schema is built once, after the model is loaded.
+the error statuses the server answers (in the route family's error shape: TEI's, OpenAI's or Cohere's)
+and, once the model is loaded, the model's own limits: only the routes of its task and output kinds, its
+prompt names, its hidden size for ``dimensions``, its vocabulary for token ids, --max-client-batch-size for
+lists, and the bodies TEI's ``POST /`` takes for it. Generated clients and schemathesis' positive cases then
+send what the server accepts. The complete schema is built once, after the model is loaded.
 """
 
 from __future__ import annotations
@@ -18,10 +18,11 @@ from fastapi.openapi.utils import get_openapi
 from server.app_state import AppState
 from server.doors import TEI_MODEL_PATHS, Door, door_of
 from server.infinity_protocol import InfinityClassifyRequest
-from server.protocol import OpenAIErrorResponse, RequestModel, TEIErrorResponse
+from server.protocol import CohereErrorResponse, OpenAIErrorResponse, RequestModel, TEIErrorResponse
 from server.routes.compat import root_bodies
 from wde.config import PRECISION_NAMES, ModelConfig
 from wde.entrypoints.async_llm_engine import AsyncLLMEngine
+from wde.entrypoints.output_precision import CALIBRATED
 from wde.output_kinds import OUTPUT_KINDS, routes_of
 
 REF = "#/components/schemas/{model}"
@@ -45,10 +46,24 @@ TEI_POST_ERRORS = {
     413: "the body or the number of inputs is over the limit, or an input is too long with truncation off",
 }
 TEI_MODEL_POST_ERRORS = {**TEI_POST_ERRORS, 424: "the model serves another task or output kind"}
+# Cohere's door: any body it cannot take is 400 (no 422), too many texts too.
+COHERE_POST_ERRORS = {
+    **POST_ERRORS,
+    400: "invalid input (the message names the field), too many texts, an input too long with truncate NONE, "
+    "or a model without embeddings",
+    413: "the body is over the limit",
+}
+ERROR_MODELS = {
+    Door.TEI: "TEIErrorResponse",
+    Door.OPENAI: "OpenAIErrorResponse",
+    Door.COHERE: "CohereErrorResponse",
+}
+# Routes of dense vectors beside the output kinds' own (wde/output_kinds.py).
+DENSE_PATHS = frozenset({"/similarity", "/v1/embed", "/v2/embed"})
 GET_ERRORS = {503: "the model is loading or the server is shutting down"}
 TASK_PATHS = {  # routes that only a model of the other task can serve
     "embed": {"/predict", "/classify", "/v1/classify"},
-    "score": routes_of(tuple(OUTPUT_KINDS)) | {"/embeddings", "/similarity"},
+    "score": routes_of(tuple(OUTPUT_KINDS)) | DENSE_PATHS | {"/embeddings"},
 }
 # Request components holding vLLM's truncate_prompt_tokens (at most max_model_len).
 TRUNCATE_PROMPT_TOKENS_BODIES = (
@@ -84,13 +99,13 @@ def install_openapi(app: FastAPI, state: AppState) -> None:
 # ---- errors ---------------------------------------------------------------------------------------------
 def _document_errors(schema: dict[str, Any], state: AppState) -> None:
     components = schema.setdefault("components", {}).setdefault("schemas", {})
-    for model in (TEIErrorResponse, OpenAIErrorResponse):
+    for model in (TEIErrorResponse, OpenAIErrorResponse, CohereErrorResponse):
         model_schema = model.model_json_schema(ref_template=REF)
         components.update(model_schema.pop("$defs", {}))
         components[model.__name__] = model_schema
     for path, operations in schema["paths"].items():
-        tei = door_of(path) is Door.TEI
-        error_model = "TEIErrorResponse" if tei else "OpenAIErrorResponse"
+        door = door_of(path)
+        error_model = ERROR_MODELS[door]
         for method, operation in operations.items():
             errors = dict(_post_errors(path) if method == "post" else GET_ERRORS)
             if state.settings.api_key and path not in PUBLIC_PATHS:
@@ -100,7 +115,9 @@ def _document_errors(schema: dict[str, Any], state: AppState) -> None:
             elif state.settings.strict_model_name and path.startswith(("/v1/", "/v2/")) and method == "post":
                 errors[404] = "the request names another model (--strict-model-name)"
             responses = operation.setdefault("responses", {})
-            if "422" in responses:
+            if "422" in responses and door is Door.COHERE:  # Cohere's invalid input: 400 (COHERE_POST_ERRORS)
+                del responses["422"]
+            elif "422" in responses:
                 errors[422] = "invalid input: the message names the field"
             for status, description in errors.items():
                 responses[str(status)] = {
@@ -110,7 +127,10 @@ def _document_errors(schema: dict[str, Any], state: AppState) -> None:
 
 
 def _post_errors(path: str) -> dict[int, str]:
-    if door_of(path) is Door.OPENAI:
+    door = door_of(path)
+    if door is Door.COHERE:
+        return COHERE_POST_ERRORS
+    if door is Door.OPENAI:
         return POST_ERRORS
     return TEI_MODEL_POST_ERRORS if path in TEI_MODEL_PATHS else TEI_POST_ERRORS
 
@@ -190,12 +210,16 @@ def _constrain_to_model(
     for name, field in (
         ("RerankRequest", "texts"),
         ("CohereRerankRequest", "documents"),
+        ("CohereEmbedRequest", "texts"),
+        ("CohereEmbedRequest", "inputs"),
+        ("CohereEmbedV1Request", "texts"),
         ("SimilarityInput", "sentences"),
         ("InfinityClassifyRequest", "input"),
     ):
         properties = components.get(name, {}).get("properties", {})
-        if field in properties:
-            properties[field]["maxItems"] = state.settings.max_client_batch_size
+        for option in properties[field].get("anyOf", [properties[field]]) if field in properties else []:
+            if option.get("type") == "array":
+                option["maxItems"] = state.settings.max_client_batch_size
     score = components.get("ScoreRequest", {}).get("properties", {})
     for field in ("text_1", "text_2"):
         for option in score.get(field, {}).get("anyOf", []):
@@ -244,7 +268,7 @@ def _constrain_output_options(
     """/v1/embeddings' ``output`` names the model's kinds (distinct); options of a kind the model lacks
     take null only; int8 / uint8 precision only with a calibration set; chunking only for dense output."""
     kinds = list(model_config.outputs) if model_config.task == "embed" else ["dense"]
-    precisions = [p for p in PRECISION_NAMES if calibrated or p not in ("int8", "uint8")]
+    precisions = [p for p in PRECISION_NAMES if calibrated or p not in CALIBRATED]
     if "dense" not in kinds:
         precisions = ["float32"]
     null = {"type": "null"}
@@ -264,6 +288,15 @@ def _constrain_output_options(
             properties["dimensions"] = null
         if "max_active_dims" in properties and "sparse" not in kinds:
             properties["max_active_dims"] = null
+    for name in ("CohereEmbedRequest", "CohereEmbedV1Request"):  # Cohere's: the float vectors' encodings
+        properties = components.get(name, {}).get("properties", {})
+        for option in properties.get("embedding_types", {}).get("anyOf", []):
+            if option.get("type") == "array":
+                names = option["items"]["enum"]
+                option["items"]["enum"] = [n for n in names if calibrated or n not in CALIBRATED]
+        for option in properties.get("output_dimension", {}).get("anyOf", []):
+            if option.get("type") == "integer":
+                option["maximum"] = model_config.embedding_size
 
 
 def _missing_output_paths(model_config: ModelConfig) -> set[str]:
@@ -272,7 +305,7 @@ def _missing_output_paths(model_config: ModelConfig) -> set[str]:
     if model_config.task != "embed":
         return set()
     missing = routes_of(tuple(OUTPUT_KINDS)) - routes_of(model_config.outputs)
-    return missing | ({"/similarity"} if "dense" not in model_config.outputs else set())
+    return missing | (set(DENSE_PATHS) if "dense" not in model_config.outputs else set())
 
 
 def _set_maximum(node: dict[str, Any], maximum: int) -> None:
