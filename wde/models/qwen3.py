@@ -31,7 +31,7 @@ from wde.models.interface import WdeModel
 from wde.models.weight_names import WeightTarget, fused_rows, load_weights_by_name, strip_prefix
 
 _QKV = re.compile(r"^(layers\.\d+\.self_attn)\.(q|k|v)_proj\.(weight|bias)$")
-_GATE_UP = re.compile(r"^(layers\.\d+\.mlp)\.(gate|up)_proj\.weight$")
+_GATE_UP = re.compile(r"^(layers\.\d+\.mlp)\.(gate|up)_proj\.(weight|bias)$")
 
 
 def rope_theta(config: dict[str, Any]) -> float:
@@ -137,7 +137,8 @@ class Qwen3Attention(nn.Module):
 
 
 class Qwen3MLP(nn.Module):
-    """SwiGLU: down(silu(gate(x)) * up(x)), gate and up fused into one projection."""
+    """SwiGLU: down(silu(gate(x)) * up(x)), gate and up fused into one projection; biases with ``mlp_bias``
+    (Llama-style configs: EuroBERT)."""
 
     def __init__(self, config: dict[str, Any]) -> None:
         super().__init__()
@@ -147,8 +148,9 @@ class Qwen3MLP(nn.Module):
                 f"hidden_act {config['hidden_act']!r} is not supported by wde's decoder MLP (only silu)"
             )
         self.intermediate_size = intermediate_size
-        self.gate_up_proj = nn.Linear(hidden_size, 2 * intermediate_size, bias=False)
-        self.down_proj = nn.Linear(intermediate_size, hidden_size, bias=False)
+        bias = bool(config.get("mlp_bias", False))
+        self.gate_up_proj = nn.Linear(hidden_size, 2 * intermediate_size, bias=bias)
+        self.down_proj = nn.Linear(intermediate_size, hidden_size, bias=bias)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         gate, up = self.gate_up_proj(x).split(self.intermediate_size, dim=-1)  # [num_tokens, intermediate] x2
@@ -219,7 +221,9 @@ class Qwen3Model(WdeModel):
         match = _GATE_UP.match(name)
         if match:
             size = self.config["intermediate_size"]
-            return f"{match[1]}.gate_up_proj.weight", fused_rows(("gate", "up").index(match[2]), (size, size))
+            return f"{match[1]}.gate_up_proj.{match[3]}", fused_rows(
+                ("gate", "up").index(match[2]), (size, size)
+            )
         return name, None
 
     def load_weights(self, weights: Iterable[tuple[str, torch.Tensor]]) -> set[str]:

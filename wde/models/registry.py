@@ -7,6 +7,7 @@ from __future__ import annotations
 from wde.models.bert import BertForMaskedLM, BertForSequenceClassification, BertModel
 from wde.models.deberta_v2 import DebertaV2ForSequenceClassification, DebertaV2Model
 from wde.models.distilbert import DistilBertForMaskedLM, DistilBertForSequenceClassification, DistilBertModel
+from wde.models.eurobert import EuroBertForMaskedLM, EuroBertForSequenceClassification, EuroBertModel
 from wde.models.gemma3 import Gemma3TextModel
 from wde.models.interface import WdeModel
 from wde.models.mistral import MistralForCausalLM, MistralModel
@@ -42,6 +43,9 @@ MODEL_REGISTRY: dict[str, type[WdeModel]] = {
     "Gemma3TextModel": Gemma3TextModel,
     "DebertaV2Model": DebertaV2Model,
     "DebertaV2ForSequenceClassification": DebertaV2ForSequenceClassification,
+    "EuroBertModel": EuroBertModel,
+    "EuroBertForMaskedLM": EuroBertForMaskedLM,  # the published checkpoints: embeddings (lm_head skipped)
+    "EuroBertForSequenceClassification": EuroBertForSequenceClassification,
 }
 
 
