@@ -404,6 +404,7 @@ class ResultCacheInfo(BaseModel):
 
 class InfoResponse(BaseModel):
     model_id: str
+    served_model_name: str
     model_sha: str | None = None
     model_dtype: str
     quantization: str | None = None  # "int8" when served with --quantization int8 (not in TEI's /info)

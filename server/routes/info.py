@@ -71,6 +71,7 @@ def describe(state: AppState, model: ServedModel) -> dict:
     max_batch_tokens = scheduler_config.max_num_batched_tokens
     return {
         "model_id": model.name,
+        "served_model_name": model.name,  # TEI >= 1.9: the name clients send (wde's model_id too)
         "model_sha": model_config.model_revision,  # the Hub commit; null for a local folder
         "model_dtype": model_config.dtype,
         "quantization": model_config.quantization,

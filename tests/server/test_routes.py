@@ -124,7 +124,7 @@ async def test_info_and_health(async_engine: AsyncLLMEngine) -> None:
         info = (await client.get("/info")).json()
         health = await client.get("/health")
     assert health.status_code == 200
-    assert info["model_id"] == MODEL and info["model_dtype"] == "float32"
+    assert info["model_id"] == info["served_model_name"] == MODEL and info["model_dtype"] == "float32"
     assert info["model_type"] == {"embedding": {"pooling": "mean"}}
     assert info["model_architecture"] == "BertModel"
     assert info["max_input_length"] == 256 and info["max_batch_tokens"] == 2048

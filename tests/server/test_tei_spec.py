@@ -12,8 +12,9 @@ validate against TEI's response schema, an error against TEI's ``ErrorResponse``
 OpenAI's ``{"error": {...}}``, which OpenAI clients parse, with TEI's ``OpenAICompatErrorResponse`` fields
 alongside).
 
-Two additions to the v1.7.1 document, both stated below: TEI's later documents (the ``utoipa`` annotations
-of ``router/src/http/server.rs`` that generate ``docs/openapi.json``) add 400 "Batch is empty"
+Three additions to the v1.7.1 document, each stated below: v1.9.3's ``Info`` requires
+``served_model_name``; TEI's later documents (the ``utoipa`` annotations of ``router/src/http/server.rs``
+that generate ``docs/openapi.json``) add 400 "Batch is empty"
 (``error_type`` ``Empty``) to its routes that take lists, and 413 "Batch size error" to /tokenize and
 /decode (which TEI answered already), as we answer them; and ``/v1/embeddings`` is
 OpenAI's door on wde, which keeps OpenAI's 400 ``invalid_request_error`` where TEI answers 413 (an over-long
@@ -69,9 +70,13 @@ def _json_schema(node: Any) -> Any:
 @pytest.fixture(scope="module")
 def spec() -> dict[str, Any]:
     """TEI's v1.7.1 document with what its later ones add: the ``Empty`` error type, its 400, /tokenize's and
-    /decode's 413."""
+    /decode's 413, and Info's required ``served_model_name`` (v1.9.3)."""
     document = json.loads(SPEC_PATH.read_text(encoding="utf-8"))
     document["components"]["schemas"]["ErrorType"]["enum"].append("Empty")
+    # v1.9.3's Info requires served_model_name (the name clients send; --served-model-name, else model_id)
+    info = document["components"]["schemas"]["Info"]
+    info["required"].append("served_model_name")
+    info["properties"]["served_model_name"] = {"type": "string"}
     error = {"content": {"application/json": {"schema": {"$ref": "#/components/schemas/ErrorResponse"}}}}
     for path, statuses in LATER_DOCUMENTED.items():
         for status in statuses:
