@@ -9,6 +9,7 @@ from wde.models.deberta_v2 import DebertaV2ForSequenceClassification, DebertaV2M
 from wde.models.distilbert import DistilBertForMaskedLM, DistilBertForSequenceClassification, DistilBertModel
 from wde.models.eurobert import EuroBertForMaskedLM, EuroBertForSequenceClassification, EuroBertModel
 from wde.models.gemma3 import Gemma3TextModel
+from wde.models.gte import GteForSequenceClassification, GteModel
 from wde.models.interface import WdeModel
 from wde.models.mistral import MistralForCausalLM, MistralModel
 from wde.models.modernbert import ModernBertForSequenceClassification, ModernBertModel
@@ -43,6 +44,11 @@ MODEL_REGISTRY: dict[str, type[WdeModel]] = {
     "Gemma3TextModel": Gemma3TextModel,
     "DebertaV2Model": DebertaV2Model,
     "DebertaV2ForSequenceClassification": DebertaV2ForSequenceClassification,
+    "GteModel": GteModel,
+    "GteForSequenceClassification": GteForSequenceClassification,
+    "NewModel": GteModel,  # GTE as published (remote code Alibaba-NLP/new-impl): gte-*-en-v1.5
+    "NewForTokenClassification": GteModel,  # gte-multilingual-base: dense embeddings (token head skipped)
+    "NewForSequenceClassification": GteForSequenceClassification,  # gte-multilingual-reranker-base
     "EuroBertModel": EuroBertModel,
     "EuroBertForMaskedLM": EuroBertForMaskedLM,  # the published checkpoints: embeddings (lm_head skipped)
     "EuroBertForSequenceClassification": EuroBertForSequenceClassification,
