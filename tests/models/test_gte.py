@@ -148,6 +148,15 @@ def use_remote_code_rope_(model: torch.nn.Module, rope_scaling: dict[str, Any] |
 
 
 # ---- tiny checkpoints --------------------------------------------------------------------------------------
+def randomize_blocks_(model: torch.nn.Module, seed: int) -> None:
+    """``_randomize_``, with the blocks' norms around 1 too (it knows BERT's LayerNorm names only)."""
+    _randomize_(model, seed)
+    with torch.no_grad():
+        for param_name, param in model.named_parameters():
+            if param_name.endswith("layernorm.weight"):
+                param.add_(1.0)
+
+
 def save_hf(path: Path, name: str, seed: int) -> Path:
     """transformers' ``GteModel`` (or ``GteForSequenceClassification`` for the reranker) with random weights,
     saved with its tokenizer."""
@@ -170,11 +179,7 @@ def save_hf(path: Path, name: str, seed: int) -> Path:
     )
     torch.manual_seed(seed)
     model = (GteForSequenceClassification if name == "reranker" else GteModel)(config)
-    _randomize_(model, seed)
-    with torch.no_grad():  # the blocks' norms around 1 too (_randomize_ knows BERT's LayerNorm names only)
-        for param_name, param in model.named_parameters():
-            if param_name.endswith("layernorm.weight"):
-                param.add_(1.0)
+    randomize_blocks_(model, seed)
     model.save_pretrained(path)
     if spec["tokenizer"] == "bert":
         for file_name in BERT_TOKENIZER_FILES:
@@ -189,13 +194,18 @@ def save_native(path: Path, name: str, seed: int) -> Path:
     transformers saves it (CrossEncoder reads that folder)."""
     if name == "reranker":
         return save_hf(path, name, seed)
+    return save_pooled_st(save_hf(path.with_name(f"{path.name}-hf"), name, seed), path, "cls")
+
+
+def save_pooled_st(hf_dir: Path, path: Path, pooling: str, prompts: dict[str, str] | None = None) -> Path:
+    """``hf_dir`` as sentence-transformers saves an encoder embedder: Transformer -> Pooling(``pooling``)
+    -> Normalize, with ``prompts``."""
     from sentence_transformers import SentenceTransformer
     from sentence_transformers.sentence_transformer.modules import Normalize, Pooling, Transformer
 
-    hf_dir = save_hf(path.with_name(f"{path.name}-hf"), name, seed)
     transformer = Transformer(str(hf_dir))
-    pooling = Pooling(transformer.get_embedding_dimension(), "cls")
-    SentenceTransformer(modules=[transformer, pooling, Normalize()]).save(str(path))
+    pooler = Pooling(transformer.get_embedding_dimension(), pooling)
+    SentenceTransformer(modules=[transformer, pooler, Normalize()], prompts=prompts).save(str(path))
     return path
 
 
@@ -492,8 +502,16 @@ def test_encode_equals_sentence_transformers(layout_dirs: dict[str, Path], name:
     path = layout_dirs[f"{name}/{layout}"]
     texts = training_texts()[:NUM_TEXTS]
     expected = sentence_transformers_embeddings(layout_dirs[f"{name}/native"], texts, rope_scaling_of(path))
+    assert_encodes_as_sentence_transformers(path, texts, expected, "cls")
+
+
+def assert_encodes_as_sentence_transformers(
+    path: Path, texts: list[str], expected: np.ndarray, pooling_method: str
+) -> None:
+    """``LLM.encode`` pools as the sentence-transformers config says, truncates at MAX_POSITIONS, equals
+    ``expected`` and answers a batch as each text alone."""
     with llm_of(path) as llm:
-        assert llm.model_config.pooling.method == "cls" and llm.model_config.pooling.normalize
+        assert llm.model_config.pooling.method == pooling_method and llm.model_config.pooling.normalize
         assert llm.model_config.max_model_len == MAX_POSITIONS
         outputs = llm.encode(texts)
         assert max(output.num_tokens for output in outputs) == MAX_POSITIONS, "some texts are truncated"
@@ -508,12 +526,7 @@ def test_cross_encoder_equals_cross_encoder(layout_dirs: dict[str, Path], layout
     path = layout_dirs[f"reranker/{layout}"]
     native = layout_dirs["reranker/native"]
     pairs = [(query, doc) for query in QUERIES for doc in DOCS]
-    queries, docs = [query for query, _ in pairs], [doc for _, doc in pairs]
-    with llm_of(path) as llm:
-        assert llm.model_config.task == "score"
-        logits = np.stack([output.scores for output in llm.score(queries, docs, raw_scores=True)])
-        batched = np.array([output.score for output in llm.score(queries, docs)])
-        singles = np.array([llm.score(query, doc)[0].score for query, doc in pairs])
+    logits, batched, singles = wde_scores(path, pairs)
     expected = cross_encoder_scores(native, pairs, rope_scaling_of(path))
     assert max_abs_diff(batched, expected) <= ST_ATOL
     assert max_abs_diff(batched, singles) <= FP32_ATOL
@@ -521,18 +534,35 @@ def test_cross_encoder_equals_cross_encoder(layout_dirs: dict[str, Path], layout
         assert max_abs_diff(logits, reference_logits(native, pairs, MAX_POSITIONS)) <= FP32_ATOL
 
 
+def wde_scores(path: Path, pairs: list[tuple[str, str]]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Through ``LLM.score`` (task "score"): the raw logits ``[num_pairs, num_labels]``, the scores of the
+    batch and of each pair alone ``[num_pairs]``."""
+    queries, docs = [query for query, _ in pairs], [doc for _, doc in pairs]
+    with llm_of(path) as llm:
+        assert llm.model_config.task == "score"
+        logits = np.stack([output.scores for output in llm.score(queries, docs, raw_scores=True)])
+        batched = np.array([output.score for output in llm.score(queries, docs)])
+        singles = np.array([llm.score(query, doc)[0].score for query, doc in pairs])
+    return logits, batched, singles
+
+
 # ---- int8 and HTTP -----------------------------------------------------------------------------------------
 @pytest.mark.slow  # int8 compiles its matmuls
 @pytest.mark.parametrize("name", ["multilingual", "reranker"])
 def test_int8_close_to_float32(layout_dirs: dict[str, Path], name: str) -> None:
+    assert_int8_close_to_float32(layout_dirs[f"{name}/published"], SIZES["num_hidden_layers"])
+
+
+def assert_int8_close_to_float32(path: Path, num_layers: int) -> None:
+    """int8 block linears (qkv, output, up_gate, down in each layer) within the tiny models' tolerance:
+    scores for a cross-encoder, embeddings' cosine for an embedder."""
     from tests.models.test_int8 import MAX_SCORE_DIFF_TINY, MIN_COSINE_TINY
     from wde.layers.quantization.int8_linear import Int8Linear
 
-    path = layout_dirs[f"{name}/published"]
     with llm_of(path) as exact, llm_of(path, quantization="int8") as int8:
         linears = [m for m in int8.engine.runner.model.modules() if isinstance(m, Int8Linear)]
-        assert len(linears) == 4 * SIZES["num_hidden_layers"]  # qkv, output, up_gate, down in each layer
-        if name == "reranker":
+        assert len(linears) == 4 * num_layers
+        if exact.model_config.task == "score":
             queries, docs = [query for query in QUERIES for _ in DOCS], DOCS * len(QUERIES)
             got = np.array([output.score for output in int8.score(queries, docs)])
             expected = np.array([output.score for output in exact.score(queries, docs)])
@@ -546,7 +576,11 @@ def test_int8_close_to_float32(layout_dirs: dict[str, Path], name: str) -> None:
 
 @pytest.mark.slow  # torch.compile: tens of seconds
 def test_compiled_blocks_equal_eager(layout_dirs: dict[str, Path]) -> None:
-    path = layout_dirs["multilingual/published"]
+    assert_compiled_equals_eager(layout_dirs["multilingual/published"])
+
+
+def assert_compiled_equals_eager(path: Path) -> None:
+    """``--compile-model`` compiles each layer's MLP block and answers as eager."""
     texts = training_texts()[:8]
     with llm_of(path) as eager, llm_of(path, compile_model=True) as compiled:
         expected = np.stack([output.embedding for output in eager.encode(texts)])

@@ -25,7 +25,7 @@ import math
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 from torch import nn
@@ -118,18 +118,32 @@ def unsupported_settings(config: dict[str, Any]) -> list[str]:
     return found
 
 
-def check_config(config: dict[str, Any]) -> None:
-    """Raises one line naming every setting of ``config.json`` wde cannot serve a GTE model with."""
-    found = unsupported_settings(config)
+def refuse_settings(family: str, found: list[str]) -> None:
+    """Raises one line naming every setting ``found`` in ``config.json`` (none: returns)."""
     if found:
         raise ValueError(
-            f"GTE config.json sets {'; '.join(found)}, which wde does not implement; serve the model with "
-            "its remote code in transformers"
+            f"{family} config.json sets {'; '.join(found)}, which wde does not implement; serve the model "
+            "with its remote code in transformers"
         )
+
+
+def check_config(config: dict[str, Any]) -> None:
+    """Raises one line naming every setting of ``config.json`` wde cannot serve a GTE model with."""
+    refuse_settings("GTE", unsupported_settings(config))
     read_rope(config)  # raises for a RoPE type it cannot compute
 
 
 # ---- layers ------------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class BlockBiases:
+    """Which of a block's linears have a bias (GTE's by default; NomicBERT's configs name theirs)."""
+
+    qkv: bool = True
+    output: bool = True
+    up_gate: bool = False
+    down: bool = True
+
+
 class GteRotaryEmbedding(nn.Module):
     """cos / sin of a flat batch's positions (restarting at 0 per sequence); no buffers (models are built on
     the meta device), the frequencies are recomputed per forward."""
@@ -169,17 +183,18 @@ class GteEmbeddings(nn.Module):
 
 
 class GteAttention(nn.Module):
-    def __init__(self, config: dict[str, Any]) -> None:
+    def __init__(self, config: dict[str, Any], biases: BlockBiases) -> None:
         super().__init__()
         hidden_size = config["hidden_size"]
         self.num_heads = config["num_attention_heads"]
-        if hidden_size % self.num_heads:
+        if hidden_size % self.num_heads and not config.get("head_dim"):
             raise ValueError(
                 f"hidden_size ({hidden_size}) must be a multiple of num_attention_heads ({self.num_heads})"
             )
-        self.head_size = hidden_size // self.num_heads  # GTE has no head_dim
-        self.qkv_proj = nn.Linear(hidden_size, 3 * hidden_size)  # packed query/key/value
-        self.o_proj = nn.Linear(hidden_size, hidden_size)
+        self.head_size = config.get("head_dim") or hidden_size // self.num_heads  # GTE has no head_dim
+        attn_size = self.num_heads * self.head_size
+        self.qkv_proj = nn.Linear(hidden_size, 3 * attn_size, bias=biases.qkv)  # packed query/key/value
+        self.o_proj = nn.Linear(attn_size, hidden_size, bias=biases.output)
         self.attn = Attention(AttentionSpec(num_heads=self.num_heads, head_size=self.head_size))
 
     def forward(self, hidden_states: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
@@ -194,12 +209,12 @@ class GteAttention(nn.Module):
 class GteMLP(nn.Module):
     """Gated: ``down(act(gate) * up)`` where ``up, gate = up_gate_proj(x).split(intermediate_size)``."""
 
-    def __init__(self, config: dict[str, Any]) -> None:
+    def __init__(self, config: dict[str, Any], biases: BlockBiases) -> None:
         super().__init__()
         hidden_size, self.intermediate_size = config["hidden_size"], config["intermediate_size"]
-        self.up_gate_proj = nn.Linear(hidden_size, 2 * self.intermediate_size, bias=False)
+        self.up_gate_proj = nn.Linear(hidden_size, 2 * self.intermediate_size, bias=biases.up_gate)
         self.act = get_act_fn(config.get("hidden_act", "gelu"))
-        self.down_proj = nn.Linear(self.intermediate_size, hidden_size)
+        self.down_proj = nn.Linear(self.intermediate_size, hidden_size, bias=biases.down)
 
     def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
         up_gate = self.up_gate_proj(hidden_states)  # [num_tokens, 2 * intermediate_size]
@@ -210,12 +225,12 @@ class GteMLP(nn.Module):
 class GteLayer(nn.Module):
     """Post-norm block: ``h = attn_ln(h + attn(h)); h = mlp_ln(h + mlp(h))``."""
 
-    def __init__(self, config: dict[str, Any]) -> None:
+    def __init__(self, config: dict[str, Any], biases: BlockBiases) -> None:
         super().__init__()
         eps = config.get("layer_norm_eps", 1e-12)
-        self.attention = GteAttention(config)
+        self.attention = GteAttention(config, biases)
         self.attn_ln = nn.LayerNorm(config["hidden_size"], eps=eps)
-        self.mlp = GteMLP(config)
+        self.mlp = GteMLP(config, biases)
         self.mlp_ln = nn.LayerNorm(config["hidden_size"], eps=eps)
 
     def forward(self, hidden_states: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
@@ -228,9 +243,9 @@ class GteLayer(nn.Module):
 
 
 class GteEncoder(nn.Module):
-    def __init__(self, config: dict[str, Any]) -> None:
+    def __init__(self, config: dict[str, Any], biases: BlockBiases) -> None:
         super().__init__()
-        layers = [GteLayer(config) for _ in range(config["num_hidden_layers"])]
+        layers = [GteLayer(config, biases) for _ in range(config["num_hidden_layers"])]
         self.head_size = layers[0].attention.head_size
         self.layer = nn.ModuleList(layers)
 
@@ -244,11 +259,21 @@ class GteModel(WdeModel):
 
     def __init__(self, config: dict[str, Any], add_pooler: bool = False) -> None:
         super().__init__(config)
-        check_config(config)
+        self.check_config(config)
         self.embeddings = GteEmbeddings(config)
-        self.encoder = GteEncoder(config)
+        self.encoder = GteEncoder(config, self.block_biases(config))
         self.pooler = BertPooler(config["hidden_size"]) if add_pooler else None
-        self.rotary_emb = GteRotaryEmbedding(self.encoder.head_size, read_rope(config))
+        self.rotary_emb = self.make_rotary(config, self.encoder.head_size)
+
+    # ---- what a family built on these blocks (NomicBERT) overrides ----
+    def check_config(self, config: dict[str, Any]) -> None:
+        check_config(config)
+
+    def block_biases(self, config: dict[str, Any]) -> BlockBiases:
+        return BlockBiases()
+
+    def make_rotary(self, config: dict[str, Any], head_size: int) -> GteRotaryEmbedding:
+        return GteRotaryEmbedding(head_size, read_rope(config))
 
     def forward(
         self, input_ids: torch.Tensor, positions: torch.Tensor, token_type_ids: torch.Tensor | None = None
@@ -271,8 +296,8 @@ class GteModel(WdeModel):
             name = pattern.sub(replacement, name)
         match = _QKV.match(name)
         if match:  # transformers' separate q / k / v projections
-            hidden_size = self.config["hidden_size"]
-            rows = fused_rows("qkv".index(match[2]), (hidden_size,) * 3)
+            attn_size = self.config["num_attention_heads"] * self.encoder.head_size
+            rows = fused_rows("qkv".index(match[2]), (attn_size,) * 3)
             return f"{match[1]}.qkv_proj.{match[3]}", rows
         match = _UP_GATE.match(name)
         if match:  # transformers' separate up / gate projections: up rows first, as the published packing
@@ -290,10 +315,11 @@ class GteForSequenceClassification(WdeModel):
     (``GteForSequenceClassification`` / the published ``NewForSequenceClassification``)."""
 
     supported_tasks = ("score",)
+    encoder_cls: ClassVar[type[GteModel]] = GteModel  # the encoder inside (NomicBERT's classifier: its own)
 
     def __init__(self, config: dict[str, Any]) -> None:
         super().__init__(config)
-        self.gte = GteModel(config, add_pooler=True)
+        self.gte = self.encoder_cls(config, add_pooler=True)
         self.classifier = nn.Linear(config["hidden_size"], num_labels(config))
 
     def forward(

@@ -73,6 +73,13 @@ class WdeModel(nn.Module):
         self.config = config
 
     @classmethod
+    def standard_config(cls, hf_config: dict[str, Any]) -> dict[str, Any]:
+        """``config.json`` under transformers' names, which the engine reads (hidden_size,
+        max_position_embeddings, vocab_size, ...): a family whose published configs spell them otherwise
+        (NomicBERT's GPT-2 names) maps them here. Idempotent; by default the config as it is."""
+        return hf_config
+
+    @classmethod
     def reserved_positions(cls, hf_config: dict[str, Any]) -> int:
         """Rows of the position table no token can use (RoBERTa-style models number positions from
         padding_idx + 1): ``max_position_embeddings`` minus this is the longest input."""

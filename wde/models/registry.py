@@ -14,6 +14,7 @@ from wde.models.interface import WdeModel
 from wde.models.mistral import MistralForCausalLM, MistralModel
 from wde.models.modernbert import ModernBertForSequenceClassification, ModernBertModel
 from wde.models.mpnet import MPNetForSequenceClassification, MPNetModel
+from wde.models.nomic_bert import NomicBertForSequenceClassification, NomicBertModel
 from wde.models.qwen2 import Qwen2ForCausalLM, Qwen2Model
 from wde.models.qwen3 import Qwen3ForCausalLM, Qwen3Model
 from wde.models.xlm_roberta import XLMRobertaForSequenceClassification, XLMRobertaModel
@@ -52,6 +53,10 @@ MODEL_REGISTRY: dict[str, type[WdeModel]] = {
     "EuroBertModel": EuroBertModel,
     "EuroBertForMaskedLM": EuroBertForMaskedLM,  # the published checkpoints: embeddings (lm_head skipped)
     "EuroBertForSequenceClassification": EuroBertForSequenceClassification,
+    "NomicBertModel": NomicBertModel,  # transformers', and the published (remote code nomic-bert-2048)
+    "NomicBertForPreTraining": NomicBertModel,  # the remote code's MLM class: embeddings (cls.* skipped)
+    "NomicBertForMaskedLM": NomicBertModel,  # transformers' masked-LM class: embeddings (cls.* skipped)
+    "NomicBertForSequenceClassification": NomicBertForSequenceClassification,
 }
 
 
