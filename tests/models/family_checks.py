@@ -5,6 +5,7 @@ model (the selector's reason where one cannot)."""
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -16,12 +17,20 @@ CPU_BACKEND_NAMES = ("naive", "torch_sdpa", "varlen_cpu")  # every attention bac
 
 
 @torch.inference_mode()
-def hf_last_hidden(path: Path, token_ids: list[list[int]], pad_id: int) -> torch.Tensor:
+def hf_last_hidden(
+    path: Path,
+    token_ids: list[list[int]],
+    pad_id: int,
+    prepare: Callable[[torch.nn.Module], None] | None = None,
+) -> torch.Tensor:
     """transformers' ``AutoModel`` (eager, float32) on the right-padded batch: the last hidden state of the
-    real tokens, ``[num_tokens, hidden_size]`` in the flat order wde uses."""
+    real tokens, ``[num_tokens, hidden_size]`` in the flat order wde uses. ``prepare`` changes the loaded
+    model first (e.g. a remote code's RoPE that transformers lacks)."""
     from transformers import AutoModel
 
     model = AutoModel.from_pretrained(str(path), attn_implementation="eager", dtype=torch.float32).eval()
+    if prepare is not None:
+        prepare(model)
     max_len = max(map(len, token_ids))
     input_ids = torch.full((len(token_ids), max_len), pad_id, dtype=torch.long)
     mask = torch.zeros_like(input_ids, dtype=torch.bool)

@@ -34,6 +34,7 @@ from tests.models.family_checks import (
     assert_close_to_sentence_transformers,
     backend_refusal,
 )
+from tests.models.family_checks import hf_last_hidden as padded_last_hidden
 from tests.models.test_encoders import backend_chooser, engine_config, max_abs_diff, run_wde
 from tests.tiny_models import (
     BERT_TOKENIZER_FILES,
@@ -311,23 +312,15 @@ def random_token_ids(path: Path, seed: int) -> list[list[int]]:
     return sequences
 
 
-@torch.inference_mode()
 def hf_last_hidden(
     native: Path, token_ids: list[list[int]], rope_scaling: dict[str, Any] | None
 ) -> torch.Tensor:
     """transformers (eager, float32) on the right-padded batch, with the remote code's RoPE where
     ``rope_scaling`` names NTK: the real tokens' last hidden state ``[num_tokens, hidden_size]``."""
-    from transformers import AutoModel
-
-    model = AutoModel.from_pretrained(str(native), attn_implementation="eager", dtype=torch.float32).eval()
-    use_remote_code_rope_(model, rope_scaling)
-    max_len = max(map(len, token_ids))
-    input_ids = torch.full((len(token_ids), max_len), model.config.pad_token_id, dtype=torch.long)
-    mask = torch.zeros_like(input_ids, dtype=torch.bool)
-    for row, ids in enumerate(token_ids):
-        input_ids[row, : len(ids)] = torch.tensor(ids)
-        mask[row, : len(ids)] = True
-    return model(input_ids=input_ids, attention_mask=mask.long()).last_hidden_state[mask]
+    pad_id = json.loads((native / "config.json").read_text()).get("pad_token_id") or 0
+    return padded_last_hidden(
+        native, token_ids, pad_id, prepare=lambda model: use_remote_code_rope_(model, rope_scaling)
+    )
 
 
 def sentence_transformers_embeddings(native: Path, texts: list[str], rope_scaling: dict[str, Any] | None):

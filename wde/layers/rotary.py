@@ -9,6 +9,8 @@ base) and its layers ``apply_rotary`` with it.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 from torch import nn
 
@@ -43,6 +45,23 @@ def apply_rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch
         return x * cos + rotate_half(x) * sin
     rotated, passed = x[..., :rotary_dim], x[..., rotary_dim:]
     return torch.cat((rotated * cos + rotate_half(rotated) * sin, passed), dim=-1)
+
+
+def rotary_self_attention(
+    qkv: torch.Tensor,
+    num_heads: int,
+    head_size: int,
+    cos: torch.Tensor,
+    sin: torch.Tensor,
+    attend: Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor],
+) -> torch.Tensor:
+    """A packed projection ``qkv`` [num_tokens, 3 * num_heads * head_size] -> queries and keys rotated,
+    attended by ``attend`` (the layer's ``Attention``): [num_tokens, num_heads * head_size], before the
+    output projection (ModernBERT, GTE, NomicBERT)."""
+    num_tokens = qkv.shape[0]
+    q, k, v = qkv.view(num_tokens, 3, num_heads, head_size).unbind(1)  # [num_tokens, num_heads, head_size]
+    q, k = apply_rotary(q, cos, sin), apply_rotary(k, cos, sin)
+    return attend(q, k, v).reshape(num_tokens, -1)
 
 
 def rotate_half(x: torch.Tensor) -> torch.Tensor:

@@ -33,12 +33,9 @@ def _bidirectional(config: dict[str, Any]) -> dict[str, Any]:
 
 
 class EuroBertAttention(Qwen3Attention):
-    qk_norm = False
+    """Qwen3's attention (``attention_bias`` on q/k/v and o alike) without q/k norms or windows."""
 
-    @classmethod
-    def projection_biases(cls, config: dict[str, Any]) -> tuple[bool, bool]:
-        bias = bool(config.get("attention_bias", False))
-        return bias, bias
+    qk_norm = False
 
     @classmethod
     def sliding_window(cls, config: dict[str, Any], layer_index: int) -> int | None:

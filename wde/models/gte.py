@@ -36,7 +36,7 @@ from wde.layers.attention.layer import Attention
 from wde.layers.attention.spec import AttentionSpec
 from wde.layers.pooler.methods import PoolingMetadata, cls_pool
 from wde.layers.quantization.int8_linear import compile_options
-from wde.layers.rotary import apply_rotary
+from wde.layers.rotary import rotary_self_attention
 from wde.models.bert import BertPooler
 from wde.models.block_compile import compile_each
 from wde.models.interface import WdeModel
@@ -198,12 +198,9 @@ class GteAttention(nn.Module):
         self.attn = Attention(AttentionSpec(num_heads=self.num_heads, head_size=self.head_size))
 
     def forward(self, hidden_states: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-        num_tokens = hidden_states.shape[0]
-        qkv = self.qkv_proj(hidden_states)  # [num_tokens, 3 * hidden_size]
-        q, k, v = qkv.view(num_tokens, 3, self.num_heads, self.head_size).unbind(1)
-        q, k = apply_rotary(q, cos, sin), apply_rotary(k, cos, sin)  # [num_tokens, num_heads, head_size]
-        attn_out = self.attn(q, k, v)  # [num_tokens, num_heads, head_size]
-        return self.o_proj(attn_out.reshape(num_tokens, -1))  # [num_tokens, hidden_size]
+        qkv = self.qkv_proj(hidden_states)  # [num_tokens, 3 * num_heads * head_size]
+        attn_out = rotary_self_attention(qkv, self.num_heads, self.head_size, cos, sin, self.attn)
+        return self.o_proj(attn_out)  # [num_tokens, hidden_size]
 
 
 class GteMLP(nn.Module):

@@ -21,7 +21,7 @@ from wde.layers.activation import get_act_fn
 from wde.layers.attention.layer import Attention
 from wde.layers.attention.spec import AttentionSpec
 from wde.layers.pooler.methods import PoolingMetadata, cls_pool, mean_pool
-from wde.layers.rotary import RotaryEmbedding, apply_rotary
+from wde.layers.rotary import RotaryEmbedding, rotary_self_attention
 from wde.models.block_compile import compile_each
 from wde.models.interface import WdeModel
 from wde.models.weight_names import WeightTarget, load_weights_by_name, strip_prefix
@@ -101,12 +101,9 @@ class ModernBertAttention(nn.Module):
         )
 
     def forward(self, hidden_states: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-        num_tokens = hidden_states.shape[0]
         qkv = self.Wqkv(hidden_states)  # [num_tokens, 3 * hidden_size]
-        q, k, v = qkv.view(num_tokens, 3, self.num_heads, self.head_size).unbind(1)
-        q, k = apply_rotary(q, cos, sin), apply_rotary(k, cos, sin)  # [num_tokens, num_heads, head_size]
-        attn_out = self.attn(q, k, v)  # [num_tokens, num_heads, head_size]
-        return self.Wo(attn_out.reshape(num_tokens, -1))  # [num_tokens, hidden_size]
+        attn_out = rotary_self_attention(qkv, self.num_heads, self.head_size, cos, sin, self.attn)
+        return self.Wo(attn_out)  # [num_tokens, hidden_size]
 
 
 class ModernBertMLP(nn.Module):
