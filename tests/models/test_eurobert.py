@@ -210,3 +210,23 @@ def test_scores_equal_transformers(tmp_path: Path, pooling: str, published: bool
     got = np.array([output.score for output in llm.score([q for q, _ in PAIRS], [d for _, d in PAIRS])])
     llm.engine.shutdown()
     assert np.abs(got - expected).max() <= LOGITS_ATOL
+
+
+@pytest.mark.slow  # int8 compiles its matmuls
+def test_int8_close_to_float32(st_dir: Path) -> None:
+    """Every block linear in int8 (qkv, o, gate_up, down per layer), embeddings within the tiny models'
+    tolerance of float32's."""
+    from tests.models.test_int8 import MIN_COSINE_TINY
+    from wde.layers.quantization.int8_linear import Int8Linear
+
+    exact = wde.LLM(str(st_dir), device="cpu", dtype="float32")
+    int8 = wde.LLM(str(st_dir), device="cpu", dtype="float32", quantization="int8")
+    try:
+        linears = [m for m in int8.engine.runner.model.modules() if isinstance(m, Int8Linear)]
+        assert len(linears) == 4 * qwen3_config()["num_hidden_layers"]
+        texts = training_texts()[:16]
+        got, expected = embeddings(int8.encode(texts)), embeddings(exact.encode(texts))
+        assert (got * expected).sum(axis=1).min() >= MIN_COSINE_TINY  # both normalized
+    finally:
+        exact.engine.shutdown()
+        int8.engine.shutdown()
