@@ -58,7 +58,7 @@ def backend_refusal(path: Path, backend_name: str) -> str | None:
     from wde.platforms.cpu import CpuPlatform
 
     hf_config = json.loads((path / "config.json").read_text())
-    _, model_cls = resolve_architecture(hf_config.get("architectures"), str(path))
+    _, model_cls = resolve_architecture(hf_config.get("architectures"), str(path), hf_config)
     with torch.device("meta"):
         specs = attention_specs(model_cls(hf_config))
     try:

@@ -222,12 +222,14 @@ class GteMLP(nn.Module):
 class GteLayer(nn.Module):
     """Post-norm block: ``h = attn_ln(h + attn(h)); h = mlp_ln(h + mlp(h))``."""
 
+    mlp_cls: ClassVar[type[nn.Module]] = GteMLP  # built as mlp_cls(config, biases) (Jina v3: a plain MLP)
+
     def __init__(self, config: dict[str, Any], biases: BlockBiases) -> None:
         super().__init__()
         eps = config.get("layer_norm_eps", 1e-12)
         self.attention = GteAttention(config, biases)
         self.attn_ln = nn.LayerNorm(config["hidden_size"], eps=eps)
-        self.mlp = GteMLP(config, biases)
+        self.mlp = self.mlp_cls(config, biases)
         self.mlp_ln = nn.LayerNorm(config["hidden_size"], eps=eps)
 
     def forward(self, hidden_states: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
@@ -240,9 +242,11 @@ class GteLayer(nn.Module):
 
 
 class GteEncoder(nn.Module):
-    def __init__(self, config: dict[str, Any], biases: BlockBiases) -> None:
+    def __init__(
+        self, config: dict[str, Any], biases: BlockBiases, layer_cls: type[GteLayer] = GteLayer
+    ) -> None:
         super().__init__()
-        layers = [GteLayer(config, biases) for _ in range(config["num_hidden_layers"])]
+        layers = [layer_cls(config, biases) for _ in range(config["num_hidden_layers"])]
         self.head_size = layers[0].attention.head_size
         self.layer = nn.ModuleList(layers)
 
@@ -253,12 +257,13 @@ class GteModel(WdeModel):
     sentence-transformers config says; without one CLS + normalize, as GTE's)."""
 
     weight_prefixes = WEIGHT_PREFIXES
+    layer_cls: ClassVar[type[GteLayer]] = GteLayer  # the block (Jina v3's: a plain MLP)
 
     def __init__(self, config: dict[str, Any], add_pooler: bool = False) -> None:
         super().__init__(config)
         self.check_config(config)
         self.embeddings = GteEmbeddings(config)
-        self.encoder = GteEncoder(config, self.block_biases(config))
+        self.encoder = GteEncoder(config, self.block_biases(config), self.layer_cls)
         self.pooler = BertPooler(config["hidden_size"]) if add_pooler else None
         self.rotary_emb = self.make_rotary(config, self.encoder.head_size)
 

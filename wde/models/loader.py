@@ -43,7 +43,9 @@ def load_model(
 ) -> WdeModel:
     """The model with its weights; ``choose_backend(specs)`` picks the attention backend class that every
     layer's spec allows (the model decides its specs: heads, kv heads, head size, causal, windows)."""
-    _, model_cls = resolve_architecture(model_config.hf_config.get("architectures"), model_config.model)
+    _, model_cls = resolve_architecture(
+        model_config.hf_config.get("architectures"), model_config.model, model_config.hf_config
+    )
     # 1. build without initializing (every weight comes from the checkpoint)
     with torch.device("meta"):
         model = model_cls(model_config.hf_config)

@@ -89,7 +89,7 @@ def read_model_info(model_path: str, tokenizer_path: str, task: str = "auto") ->
     supported task), "embed" or "score"."""
     # 1. the architecture and the files it needs
     hf_config = read_hf_config(model_path)
-    architecture, model_cls = resolve_architecture(hf_config.get("architectures"), model_path)
+    architecture, model_cls = resolve_architecture(hf_config.get("architectures"), model_path, hf_config)
     hf_config = model_cls.standard_config(hf_config)  # the names the engine reads
     check_model_files(model_path, tokenizer_path)
     st_metadata = read_st_metadata(model_path)

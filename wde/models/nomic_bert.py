@@ -67,15 +67,19 @@ GATED_ACTIVATIONS = {"swiglu": "silu", "geglu": "gelu"}  # activation_function -
 MLP_WIDTH_MULTIPLE = 256  # the remote code's gated MLP rounds its width up to a multiple of this
 DEFAULT_ROPE_THETA = 1000.0  # transformers' NomicBertConfig
 WEIGHT_PREFIXES = ("nomic_bert.", "bert.")  # the encoder inside transformers' / the remote code's heads
-# published names -> GTE's (gte.py maps transformers' module names; fc11 / fc12 fill up_gate_proj below)
-_RENAMES = (
+# the flash-attn-style block names of contrastors' and Jina v3's remote code -> GTE's
+FLASH_BLOCK_RENAMES = (
     (re.compile(r"^emb_ln\."), "embeddings.LayerNorm."),
     (re.compile(r"^encoder\.layers\."), "encoder.layer."),
+    (re.compile(r"\.norm1\."), ".attn_ln."),
+    (re.compile(r"\.norm2\."), ".mlp_ln."),
+)
+# published names -> GTE's (gte.py maps transformers' module names; fc11 / fc12 fill up_gate_proj below)
+_RENAMES = (
+    *FLASH_BLOCK_RENAMES,
     (re.compile(r"\.attn\.Wqkv\."), ".attention.qkv_proj."),
     (re.compile(r"\.attn\.out_proj\."), ".attention.o_proj."),
     (re.compile(r"\.mlp\.fc2\."), ".mlp.down_proj."),
-    (re.compile(r"\.norm1\."), ".attn_ln."),
-    (re.compile(r"\.norm2\."), ".mlp_ln."),
 )
 _FC1 = re.compile(r"^(encoder\.layer\.\d+\.mlp)\.fc1([12])\.(weight|bias)$")
 

@@ -4,6 +4,8 @@ here plus its model file."""
 
 from __future__ import annotations
 
+from typing import Any
+
 from wde.models.bert import BertForMaskedLM, BertForSequenceClassification, BertModel
 from wde.models.deberta_v2 import DebertaV2ForSequenceClassification, DebertaV2Model
 from wde.models.distilbert import DistilBertForMaskedLM, DistilBertForSequenceClassification, DistilBertModel
@@ -11,6 +13,7 @@ from wde.models.eurobert import EuroBertForMaskedLM, EuroBertForSequenceClassifi
 from wde.models.gemma3 import Gemma3TextModel
 from wde.models.gte import GteForSequenceClassification, GteModel
 from wde.models.interface import WdeModel
+from wde.models.jina_embeddings_v3 import JinaEmbeddingsV3Model, is_jina_layout
 from wde.models.mistral import MistralForCausalLM, MistralModel
 from wde.models.modernbert import ModernBertForSequenceClassification, ModernBertModel
 from wde.models.mpnet import MPNetForSequenceClassification, MPNetModel
@@ -57,12 +60,22 @@ MODEL_REGISTRY: dict[str, type[WdeModel]] = {
     "NomicBertForPreTraining": NomicBertModel,  # the remote code's MLM class: embeddings (cls.* skipped)
     "NomicBertForMaskedLM": NomicBertModel,  # transformers' masked-LM class: embeddings (cls.* skipped)
     "NomicBertForSequenceClassification": NomicBertForSequenceClassification,
+    "JinaEmbeddingsV3Model": JinaEmbeddingsV3Model,
+    "XLMRobertaLoRA": JinaEmbeddingsV3Model,  # Jina v3 as published (remote code, xlm-roberta-flash)
 }
+# Jina v3 is also published as "XLMRobertaModel": its config's RoPE / adapters route it to its own class
+XLM_R_NAMES = ("XLMRobertaModel", "RobertaModel")
 
 
-def resolve_architecture(architectures: list[str] | None, model_path: str) -> tuple[str, type[WdeModel]]:
-    """The first of config.json's ``architectures`` that wde serves, and its class."""
+def resolve_architecture(
+    architectures: list[str] | None, model_path: str, hf_config: dict[str, Any] | None = None
+) -> tuple[str, type[WdeModel]]:
+    """The first of config.json's ``architectures`` that wde serves, and its class; with ``hf_config``, a
+    Jina v3 config under XLM-R's architecture name gets Jina's class (never plain XLM-R's, which lacks its
+    RoPE and adapters)."""
     for architecture in architectures or []:
+        if architecture in XLM_R_NAMES and hf_config is not None and is_jina_layout(hf_config):
+            return architecture, JinaEmbeddingsV3Model
         if architecture in MODEL_REGISTRY:
             return architecture, MODEL_REGISTRY[architecture]
     raise ValueError(

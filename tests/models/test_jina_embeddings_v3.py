@@ -1,0 +1,225 @@
+"""Jina v3 (``JinaEmbeddingsV3Model``) against transformers and sentence-transformers on tiny random
+checkpoints in two layouts:
+
+- "native": as sentence-transformers saves transformers' ``JinaEmbeddingsV3Model`` (mean pooling,
+  normalized), transformers' config and the published weight names it saves (no adapters);
+- "published": config.json and weights as the Hub repo has them (``XLMRobertaModel`` with ``auto_map`` to
+  jinaai/xlm-roberta-flash-implementation, ``rotary_emb_base``, ``lora_adaptations``; ``roberta.`` names,
+  every linear and embedding as ``parametrizations.weight.original`` + random ``lora_A`` / ``lora_B``).
+
+transformers has no adapters: the reference for a task is transformers' model (and sentence-transformers over
+it) on the native weights with that task's LoRA merged as the remote code's ``LoRAParametrization`` applies
+it (``W + alpha / rank * B @ A``, an embedding's ``A @ B``), computed here on the checkpoint's tensors.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+import torch
+from safetensors.torch import load_file, save_file
+
+from tests.models.family_checks import (
+    CPU_BACKEND_NAMES,
+    assert_close_to_sentence_transformers,
+    backend_refusal,
+    hf_last_hidden,
+)
+from tests.models.test_encoders import max_abs_diff, run_wde
+from tests.models.test_gte import (
+    FP32_ATOL,
+    MAX_POSITIONS,
+    SIZES,
+    VARLEN_ATOL,
+    llm_of,
+    random_token_ids,
+    randomize_blocks_,
+    save_pooled_st,
+)
+from tests.tiny_models import build_xlmr_tokenizer, training_texts
+from wde.models.jina_embeddings_v3 import JinaEmbeddingsV3Model
+from wde.models.registry import MODEL_REGISTRY, resolve_architecture
+from wde.models.xlm_roberta import XLMRobertaModel
+
+SEED = 383
+TASKS = ["retrieval.query", "retrieval.passage", "separation", "classification", "text-matching"]
+LORA_RANK, LORA_ALPHA = 4, 2.0
+LAYOUTS = ["native", "published/base", *(f"published/{task}" for task in TASKS)]
+NUM_TEXTS = 24  # of training_texts(): batch and single
+REMOTE_CODE = "jinaai/xlm-roberta-flash-implementation"
+PUBLISHED_KEYS: dict[str, Any] = {
+    "architectures": ["XLMRobertaModel"],
+    "model_type": "xlm-roberta",
+    "auto_map": {
+        "AutoConfig": f"{REMOTE_CODE}--configuration_xlm_roberta.XLMRobertaFlashConfig",
+        "AutoModel": f"{REMOTE_CODE}--modeling_lora.XLMRobertaLoRA",
+    },
+    "position_embedding_type": "rotary",
+    "rotary_emb_base": 20_000.0,
+    "load_trained_adapters": True,
+    "lora_adaptations": TASKS,
+    "lora_rank": LORA_RANK,
+    "lora_alpha": LORA_ALPHA,
+    "lora_dropout_p": 0.0,
+    "task_instructions": {task: "" for task in TASKS},
+    "use_flash_attn": True,
+}
+
+
+# ---- tiny checkpoints --------------------------------------------------------------------------------------
+def save_native(path: Path) -> Path:
+    """transformers' ``JinaEmbeddingsV3Model`` with random weights as sentence-transformers saves it."""
+    from transformers import JinaEmbeddingsV3Config
+    from transformers import JinaEmbeddingsV3Model as HfJinaModel
+
+    tokenizer = build_xlmr_tokenizer(training_texts())
+    config = JinaEmbeddingsV3Config(vocab_size=len(tokenizer), pad_token_id=1, type_vocab_size=1, **SIZES)
+    torch.manual_seed(SEED)
+    model = HfJinaModel(config)
+    randomize_blocks_(model, SEED)
+    hf_dir = path.with_name(f"{path.name}-hf")
+    model.save_pretrained(hf_dir)
+    tokenizer.save_pretrained(hf_dir)
+    return save_pooled_st(hf_dir, path, "mean")
+
+
+def is_adapted(name: str) -> bool:
+    """The tensors the remote code adapts: every linear's and embedding's weight."""
+    return name.endswith(".weight") and ("embeddings." in name or ".mixer." in name or ".mlp." in name)
+
+
+def lora_pair(name: str, shape: torch.Size, generator: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
+    """Random A, B in the remote code's shapes: a linear's [tasks, rank, fan_in] / [tasks, fan_out, rank], an
+    embedding's [tasks, rows, rank] / [tasks, rank, dim]."""
+    rows, cols = shape
+    if "embeddings." in name:
+        a_shape, b_shape = (len(TASKS), rows, LORA_RANK), (len(TASKS), LORA_RANK, cols)
+    else:
+        a_shape, b_shape = (len(TASKS), LORA_RANK, cols), (len(TASKS), rows, LORA_RANK)
+    return 0.1 * torch.randn(a_shape, generator=generator), 0.1 * torch.randn(b_shape, generator=generator)
+
+
+def save_published(native: Path, path: Path, task: str | None) -> Path:
+    """The native folder as the Hub repo has it (with ``default_task`` when ``task``), and the native folder
+    with that task's LoRA merged (the reference) at ``path``-merged."""
+    shutil.copytree(native, path)
+    weights = load_file(native / "model.safetensors")
+    generator = torch.Generator().manual_seed(SEED)
+    published, merged = {}, {}
+    for name, tensor in sorted(weights.items()):
+        merged[name] = tensor
+        if not is_adapted(name):
+            published[f"roberta.{name}"] = tensor
+            continue
+        module = f"roberta.{name.removesuffix('.weight')}.parametrizations.weight"
+        lora_a, lora_b = lora_pair(name, tensor.shape, generator)
+        published |= {
+            f"{module}.original": tensor,
+            f"{module}.0.lora_A": lora_a,
+            f"{module}.0.lora_B": lora_b,
+        }
+        if task is not None:
+            t = TASKS.index(task)
+            delta = lora_a[t] @ lora_b[t] if "embeddings." in name else lora_b[t] @ lora_a[t]
+            merged[name] = tensor + LORA_ALPHA / LORA_RANK * delta
+    save_file(published, str(path / "model.safetensors"))
+    config = json.loads((native / "config.json").read_text())
+    config = {key: value for key, value in config.items() if key != "rope_parameters"} | PUBLISHED_KEYS
+    if task is not None:
+        config["default_task"] = task
+    (path / "config.json").write_text(json.dumps(config, indent=2))
+    reference = path.with_name(f"{path.name}-merged")
+    shutil.copytree(native, reference)
+    save_file(merged, str(reference / "model.safetensors"))
+    return path
+
+
+@pytest.fixture(scope="module")
+def dirs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    root = tmp_path_factory.mktemp("jina_v3")
+    native = save_native(root / "native")
+    found = {"native": native, "published/base": save_published(native, root / "published-base", None)}
+    for task in TASKS:
+        found[f"published/{task}"] = save_published(native, root / f"published-{task}", task)
+    return found
+
+
+def reference_of(path: Path) -> Path:
+    """The folder transformers / sentence-transformers read for ``path``: native, or the merged copy."""
+    return path if path.name == "native" else path.with_name(f"{path.name}-merged")
+
+
+# ---- config and routing ------------------------------------------------------------------------------------
+def test_registered_and_routed(dirs: dict[str, Path]) -> None:
+    assert MODEL_REGISTRY["JinaEmbeddingsV3Model"] is JinaEmbeddingsV3Model
+    assert MODEL_REGISTRY["XLMRobertaLoRA"] is JinaEmbeddingsV3Model
+    published = json.loads((dirs["published/base"] / "config.json").read_text())
+    assert resolve_architecture(["XLMRobertaModel"], "p", published)[1] is JinaEmbeddingsV3Model
+    plain = {"architectures": ["XLMRobertaModel"], "position_embedding_type": "absolute"}
+    assert resolve_architecture(["XLMRobertaModel"], "p", plain)[1] is XLMRobertaModel
+
+
+def test_unknown_task_is_one_line(dirs: dict[str, Path], tmp_path: Path) -> None:
+    path = shutil.copytree(dirs["published/base"], tmp_path / "bad")
+    config = json.loads((path / "config.json").read_text()) | {"default_task": "retrieval"}
+    (path / "config.json").write_text(json.dumps(config))
+    with pytest.raises(ValueError, match=r"default_task 'retrieval'.*lora_adaptations") as error:
+        run_wde(path, [[0, 5, 2]], "naive")
+    assert "\n" not in str(error.value)
+
+
+def test_task_without_adapters_is_refused(dirs: dict[str, Path], tmp_path: Path) -> None:
+    path = shutil.copytree(dirs["native"], tmp_path / "no-lora")
+    config = json.loads((path / "config.json").read_text())
+    config |= {"lora_adaptations": TASKS, "default_task": "separation"}
+    (path / "config.json").write_text(json.dumps(config))
+    with pytest.raises(ValueError, match="no LoRA weights"):
+        run_wde(path, [[0, 5, 2]], "naive")
+
+
+# ---- against transformers and sentence-transformers -------------------------------------------------------
+@pytest.mark.parametrize("backend_name", CPU_BACKEND_NAMES)
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_last_hidden_state_matches_transformers(
+    dirs: dict[str, Path], layout: str, backend_name: str
+) -> None:
+    path = dirs[layout]
+    refusal = backend_refusal(path, backend_name)
+    if refusal is not None:
+        pytest.skip(refusal)  # varlen_cpu on a CPU without its kernel
+    token_ids = random_token_ids(dirs["native"], SEED)
+    expected = hf_last_hidden(reference_of(path), token_ids, pad_id=1)
+    hidden, _ = run_wde(path, token_ids, backend_name)
+    assert hidden.shape == expected.shape
+    atol = VARLEN_ATOL if backend_name == "varlen_cpu" else FP32_ATOL
+    assert max_abs_diff(hidden, expected) <= atol
+
+
+def test_adapters_change_the_output(dirs: dict[str, Path]) -> None:
+    """Guard on the test itself: each task's merged LoRA moves the hidden states far past the tolerance."""
+    token_ids = random_token_ids(dirs["native"], SEED)
+    base, _ = run_wde(dirs["published/base"], token_ids, "naive")
+    for task in TASKS:
+        adapted, _ = run_wde(dirs[f"published/{task}"], token_ids, "naive")
+        assert max_abs_diff(adapted, base) > 1e-2, task
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_encode_equals_sentence_transformers(dirs: dict[str, Path], layout: str) -> None:
+    from sentence_transformers import SentenceTransformer
+
+    path = dirs[layout]
+    texts = training_texts()[:NUM_TEXTS]
+    expected = SentenceTransformer(str(reference_of(path)), device="cpu").encode(texts)
+    with llm_of(path) as llm:
+        assert llm.model_config.pooling.method == "mean" and llm.model_config.pooling.normalize
+        assert llm.model_config.max_model_len == MAX_POSITIONS
+        batched = np.stack([output.embedding for output in llm.encode(texts)])
+        singles = np.stack([llm.encode([text])[0].embedding for text in texts[:8]])
+    assert_close_to_sentence_transformers(batched, expected)
+    assert max_abs_diff(batched[:8], singles) <= FP32_ATOL
