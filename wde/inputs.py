@@ -83,6 +83,20 @@ class PoolingParams:
         """The single output kind asked for (the first when several are)."""
         return self.output_kinds(model_config)[0]
 
+    def _verify_task_adapter(self, model_config: ModelConfig) -> None:
+        """A model with LoRA task adapters (Jina v3: ``lora_adaptations``) serves the one config.json's
+        ``default_task`` merged at load; a request whose ``prompt_name`` names another task would get that
+        task's prompt on the wrong adapter, so it is refused."""
+        adapters = model_config.hf_config.get("lora_adaptations") or ()
+        loaded = model_config.hf_config.get("default_task")
+        if self.prompt_name in adapters and self.prompt_name != loaded:
+            serving = f"the {loaded!r} adapter" if loaded else "no task adapter (no default_task)"
+            raise ValueError(
+                f"prompt_name {self.prompt_name!r} is a task adapter this model was not loaded with: it "
+                f"serves {serving}; serve another copy with default_task {self.prompt_name!r} in its "
+                "config.json for these requests"
+            )
+
     def verify(self, model_config: ModelConfig) -> None:
         self._verify_output(model_config)
         self._verify_long_input()
@@ -97,6 +111,7 @@ class PoolingParams:
                     f"dimensions ({self.dimensions}) must be between 1 and the model's "
                     f"{size_name} ({embedding_size})"
                 )
+        self._verify_task_adapter(model_config)
         prompts = model_config.prompts
         if self.prompt_name is not None and self.prompt_name not in prompts:
             known = ", ".join(sorted(prompts)) or "none"

@@ -223,3 +223,13 @@ def test_encode_equals_sentence_transformers(dirs: dict[str, Path], layout: str)
         singles = np.stack([llm.encode([text])[0].embedding for text in texts[:8]])
     assert_close_to_sentence_transformers(batched, expected)
     assert max_abs_diff(batched[:8], singles) <= FP32_ATOL
+
+
+def test_a_request_for_another_task_adapter_is_refused(dirs: dict[str, Path]) -> None:
+    """The adapter is chosen at load: a request naming another task (its prompt_name) would get that task's
+    prompt on the loaded adapter, so it is refused, naming both."""
+    wrong_adapter = r"'retrieval.passage' is a task adapter .* 'retrieval.query' adapter"
+    with llm_of(dirs["published/retrieval.query"]) as llm, pytest.raises(ValueError, match=wrong_adapter):
+        llm.encode(["x"], prompt_name="retrieval.passage")
+    with llm_of(dirs["published/base"]) as llm, pytest.raises(ValueError, match="no task adapter"):
+        llm.encode(["x"], prompt_name="separation")
