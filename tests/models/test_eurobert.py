@@ -230,3 +230,18 @@ def test_int8_close_to_float32(st_dir: Path) -> None:
     finally:
         exact.engine.shutdown()
         int8.engine.shutdown()
+
+
+@pytest.mark.shared_data  # the acceptance text: real documents, not the generated corpus
+def test_published_checkpoint_equals_sentence_transformers_on_docs(st_dir: Path) -> None:
+    from sentence_transformers import SentenceTransformer
+
+    from tests.shared_data import read_texts
+
+    texts = read_texts("docs.jsonl", limit=64)
+    llm = wde.LLM(str(st_dir), device="cpu", dtype="float32")
+    try:
+        got = embeddings(llm.encode(texts))
+    finally:
+        llm.engine.shutdown()
+    assert_close_to_sentence_transformers(got, SentenceTransformer(str(st_dir), device="cpu").encode(texts))

@@ -611,3 +611,16 @@ async def test_published_checkpoints_served_over_http(
             assert len(response.json()) == len(body.get("inputs", body.get("texts")))
     finally:
         engine.shutdown(timeout=60)
+
+
+@pytest.mark.shared_data  # the acceptance text: real documents, not the generated corpus
+@pytest.mark.parametrize("name", ["base_en", "multilingual"])
+def test_published_layout_equals_sentence_transformers_on_docs(
+    layout_dirs: dict[str, Path], name: str
+) -> None:
+    from tests.shared_data import read_texts
+
+    path = layout_dirs[f"{name}/published"]
+    texts = read_texts("docs.jsonl", limit=NUM_TEXTS)
+    expected = sentence_transformers_embeddings(layout_dirs[f"{name}/native"], texts, rope_scaling_of(path))
+    assert_encodes_as_sentence_transformers(path, texts, expected, "cls")

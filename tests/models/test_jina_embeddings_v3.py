@@ -233,3 +233,18 @@ def test_a_request_for_another_task_adapter_is_refused(dirs: dict[str, Path]) ->
         llm.encode(["x"], prompt_name="retrieval.passage")
     with llm_of(dirs["published/base"]) as llm, pytest.raises(ValueError, match="no task adapter"):
         llm.encode(["x"], prompt_name="separation")
+
+
+@pytest.mark.shared_data  # the acceptance text: real documents, not the generated corpus
+@pytest.mark.parametrize("layout", ["published/base", "published/retrieval.passage"])
+def test_published_layout_equals_sentence_transformers_on_docs(dirs: dict[str, Path], layout: str) -> None:
+    from sentence_transformers import SentenceTransformer
+
+    from tests.shared_data import read_texts
+
+    path = dirs[layout]
+    texts = read_texts("docs.jsonl", limit=NUM_TEXTS)
+    expected = SentenceTransformer(str(reference_of(path)), device="cpu").encode(texts)
+    with llm_of(path) as llm:
+        got = np.stack([output.embedding for output in llm.encode(texts)])
+    assert_close_to_sentence_transformers(got, expected)

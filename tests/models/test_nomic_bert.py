@@ -505,3 +505,14 @@ def test_int8_close_to_float32(layout_dirs: dict[str, Path], name: str) -> None:
 @pytest.mark.slow  # torch.compile: tens of seconds
 def test_compiled_blocks_equal_eager(layout_dirs: dict[str, Path]) -> None:
     assert_compiled_equals_eager(layout_dirs["embedder/published"])
+
+
+@pytest.mark.shared_data  # the acceptance text: real documents, not the generated corpus
+def test_published_layout_equals_sentence_transformers_on_docs(layout_dirs: dict[str, Path]) -> None:
+    from sentence_transformers import SentenceTransformer
+
+    from tests.shared_data import read_texts
+
+    texts = read_texts("docs.jsonl", limit=NUM_TEXTS)
+    expected = SentenceTransformer(str(layout_dirs["embedder/native"]), device="cpu").encode(texts)
+    assert_encodes_as_sentence_transformers(layout_dirs["embedder/published"], texts, expected, "mean")
