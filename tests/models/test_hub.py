@@ -107,20 +107,42 @@ def test_offline_incomplete_snapshot_names_what_it_lacks(tmp_path: Path, repo_di
 
 
 def test_remote_code_is_refused_naming_the_architecture(tmp_path: Path) -> None:
+    """jina-embeddings-v2's JinaBertModel (ALiBi, remote code) is an architecture wde lacks."""
+    folder = tmp_path / "jina-v2"
+    folder.mkdir()
+    config = {
+        "architectures": ["JinaBertModel"],
+        "auto_map": {
+            "AutoConfig": "jinaai/jina-bert-implementation--configuration_bert.JinaBertConfig",
+            "AutoModel": "jinaai/jina-bert-implementation--modeling_bert.JinaBertModel",
+        },
+    }
+    (folder / "config.json").write_text(json.dumps(config))
+    write_hub_cache(tmp_path / "hub", "wde-tests/jina-v2", folder)
+    environment = hub_environment(HF_HUB_CACHE=str(tmp_path / "hub"), HF_HUB_OFFLINE="1")
+    with environment, pytest.raises(HubModelError, match="needs remote code for architecture JinaBertModel"):
+        resolve_model_path("wde-tests/jina-v2")
+
+
+def test_remote_code_of_an_architecture_wde_implements_is_not_refused(tmp_path: Path) -> None:
+    """nomic-embed-text's config.json names remote code for NomicBertModel, which wde implements itself
+    (wde/models/nomic_bert.py): past the remote-code check, resolving goes on to the weights (which this
+    offline cache lacks, so it stops there, saying so)."""
     folder = tmp_path / "nomic"
     folder.mkdir()
     config = {
         "architectures": ["NomicBertModel"],
         "auto_map": {
-            "AutoConfig": "configuration_hf_nomic_bert.NomicBertConfig",
-            "AutoModel": "modeling_hf_nomic_bert.NomicBertModel",
+            "AutoConfig": "nomic-ai/nomic-bert-2048--configuration_hf_nomic_bert.NomicBertConfig",
+            "AutoModel": "nomic-ai/nomic-bert-2048--modeling_hf_nomic_bert.NomicBertModel",
         },
     }
     (folder / "config.json").write_text(json.dumps(config))
     write_hub_cache(tmp_path / "hub", "wde-tests/nomic", folder)
     environment = hub_environment(HF_HUB_CACHE=str(tmp_path / "hub"), HF_HUB_OFFLINE="1")
-    with environment, pytest.raises(HubModelError, match="needs remote code for architecture NomicBertModel"):
+    with environment, pytest.raises(HubModelError, match="lacks weights") as refusal:
         resolve_model_path("wde-tests/nomic")
+    assert "remote code" not in str(refusal.value)
 
 
 def test_local_folders_work_unchanged(repo_dir: Path, tmp_path: Path) -> None:
