@@ -58,17 +58,37 @@ def main(argv: list[str] | None = None) -> None:
     print(f"- TOKENIZERS_PARALLELISM={os.environ.get('TOKENIZERS_PARALLELISM', '(unset)')}")
     with tempfile.TemporaryDirectory() as scratch:
         model = model_folder(args.model, minilm, Path(scratch))
-        rows = measure(model, texts, args, dtype)
-    print()
-    print("| row | µs per text | texts/s |")
-    print("|---|---|---|")
-    for name, seconds in rows.items():
-        if seconds is None:
-            continue
-        print(f"| {name} | {seconds / len(texts) * 1e6:,.1f} | {len(texts) / seconds:,.0f} |")
-    tokenizer_s, from_text = rows["tokenizer alone (one call)"], rows["LLM.encode from text"]
+        table = Table(len(texts))
+        measure(model, texts, args, dtype, table)
+    tokenizer_s, from_text = table.seconds.get(TOKENIZER_ROW), table.seconds.get(FROM_TEXT_ROW)
     if tokenizer_s and from_text:
         print(f"\nfrom text / tokenizer alone: {from_text / tokenizer_s:.2f}x")
+
+
+TOKENIZER_ROW = "tokenizer alone (one call)"
+FROM_IDS_ROW = "LLM.encode from token ids"
+FROM_TEXT_ROW = "LLM.encode from text"
+
+
+class Table:
+    """The rows, each printed as soon as it is measured: a run stopped at its time limit (``gpu_check``)
+    keeps what it measured."""
+
+    def __init__(self, num_texts: int) -> None:
+        self.num_texts = num_texts
+        self.seconds: dict[str, float] = {}
+        print("\n| row | µs per text | texts/s |\n|---|---|---|", flush=True)
+
+    def add(self, name: str, seconds: float | None) -> None:
+        if seconds is None:
+            return
+        self.seconds[name] = seconds
+        per_text, per_s = seconds / self.num_texts * 1e6, self.num_texts / seconds
+        print(f"| {name} | {per_text:,.1f} | {per_s:,.0f} |", flush=True)
+
+    def add_share(self, name: str, share: float | None) -> None:
+        if share is not None:
+            print(f"| {name} | {share:.0%} | - |", flush=True)
 
 
 def cycled(texts: list[str], num_texts: int) -> list[str]:
@@ -97,10 +117,9 @@ def median_seconds(run: Callable[[], object], repeats: int) -> float:
     return statistics.median(seconds)
 
 
-def measure(model: Path, texts: list[str], args: argparse.Namespace, dtype: str) -> dict[str, float | None]:
+def measure(model: Path, texts: list[str], args: argparse.Namespace, dtype: str, table: Table) -> None:
     from wde import LLM
 
-    rows: dict[str, float | None] = {}
     engine_args: dict[str, object] = {"device": args.device, "dtype": dtype}
     if args.executor:
         engine_args["executor"] = args.executor
@@ -109,28 +128,24 @@ def measure(model: Path, texts: list[str], args: argparse.Namespace, dtype: str)
     llm = LLM(str(model), **engine_args)
     try:
         tokenizer = llm.engine.tokenizer
-        rows["tokenizer alone (one call)"] = median_seconds(
-            lambda: tokenizer.encode_batch(texts), args.repeats
-        )
+        table.add(TOKENIZER_ROW, median_seconds(lambda: tokenizer.encode_batch(texts), args.repeats))
         prompts = [{"prompt_token_ids": encoding.token_ids} for encoding in tokenizer.encode_batch(texts)]
         clock = ForwardTime(llm)
-        rows["LLM.encode from token ids"] = median_seconds(lambda: llm.encode(prompts), args.repeats)
+        from_ids = median_seconds(lambda: llm.encode(prompts), args.repeats)
+        table.add(FROM_IDS_ROW, from_ids)
         forward_s, busy = clock.per_pass(1 + args.repeats)
-        rows["  of which execute_model (forward + pooling + output copy)"] = forward_s
-        rows["  host work beside the forward"] = rows["LLM.encode from token ids"] - forward_s
-        if busy is not None:
-            print(f"- GPU busy share, from ids: {busy:.0%}")
-        rows["LLM.encode from text"] = median_seconds(lambda: llm.encode(texts), args.repeats)
-        _, busy = clock.per_pass(1 + args.repeats)
-        if busy is not None:
-            print(f"- GPU busy share, from text: {busy:.0%}")
+        table.add("  of which execute_model (forward + pooling + output copy)", forward_s)
+        table.add("  host work beside the forward", from_ids - forward_s)
+        table.add_share("GPU busy share, from token ids", busy)
+        table.add(FROM_TEXT_ROW, median_seconds(lambda: llm.encode(texts), args.repeats))
+        table.add_share("GPU busy share, from text", clock.per_pass(1 + args.repeats)[1])
     finally:
         llm.engine.shutdown()
     if not args.no_peer:
-        rows["sentence-transformers encode (batch 32)"] = sentence_transformers_seconds(
-            model, texts, args, dtype
+        table.add(
+            "sentence-transformers encode (batch 32)",
+            sentence_transformers_seconds(model, texts, args, dtype),
         )
-    return rows
 
 
 class ForwardTime:
