@@ -594,23 +594,14 @@ def assert_compiled_equals_eager(path: Path) -> None:
 async def test_published_checkpoints_served_over_http(
     layout_dirs: dict[str, Path], name: str, route: str, body: dict[str, Any]
 ) -> None:
-    from tests.server.conftest import asgi_client
-    from wde import EngineArgs
-    from wde.entrypoints.async_llm_engine import AsyncLLMEngine
+    from tests.server.conftest import served_model
 
-    path = layout_dirs[f"{name}/published"]
-    engine = AsyncLLMEngine(EngineArgs(model=str(path), device="cpu"))
-    engine.start()
-    engine.wait_until_ready(timeout=120)
-    try:
-        async with asgi_client(engine) as (client, _):
-            info = (await client.get("/info")).json()
-            assert info["model_architecture"] == CHECKPOINTS[name]["published_architecture"]
-            response = await client.post(route, json=body)
-            assert response.status_code == 200, response.text
-            assert len(response.json()) == len(body.get("inputs", body.get("texts")))
-    finally:
-        engine.shutdown(timeout=60)
+    async with served_model(layout_dirs[f"{name}/published"]) as client:
+        info = (await client.get("/info")).json()
+        assert info["model_architecture"] == CHECKPOINTS[name]["published_architecture"]
+        response = await client.post(route, json=body)
+        assert response.status_code == 200, response.text
+        assert len(response.json()) == len(body.get("inputs", body.get("texts")))
 
 
 @pytest.mark.shared_data  # the acceptance text: real documents, not the generated corpus

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import shutil
 import socket
+from contextlib import AbstractContextManager
 from pathlib import Path
 
 import numpy as np
@@ -106,20 +107,25 @@ def test_offline_incomplete_snapshot_names_what_it_lacks(tmp_path: Path, repo_di
         EngineArgs(model=REPO_ID).create_engine_config()
 
 
+def cached_remote_code_repo(
+    tmp_path: Path, repo_id: str, architecture: str, code: dict[str, str]
+) -> AbstractContextManager[None]:
+    """A Hub cache holding only ``repo_id``'s config.json, which names ``architecture`` with remote ``code``
+    (``auto_map``); the offline environment that reads it."""
+    folder = tmp_path / repo_id.rsplit("/", 1)[-1]
+    folder.mkdir()
+    (folder / "config.json").write_text(json.dumps({"architectures": [architecture], "auto_map": code}))
+    write_hub_cache(tmp_path / "hub", repo_id, folder)
+    return hub_environment(HF_HUB_CACHE=str(tmp_path / "hub"), HF_HUB_OFFLINE="1")
+
+
 def test_remote_code_is_refused_naming_the_architecture(tmp_path: Path) -> None:
     """jina-embeddings-v2's JinaBertModel (ALiBi, remote code) is an architecture wde lacks."""
-    folder = tmp_path / "jina-v2"
-    folder.mkdir()
-    config = {
-        "architectures": ["JinaBertModel"],
-        "auto_map": {
-            "AutoConfig": "jinaai/jina-bert-implementation--configuration_bert.JinaBertConfig",
-            "AutoModel": "jinaai/jina-bert-implementation--modeling_bert.JinaBertModel",
-        },
+    code = {
+        "AutoConfig": "jinaai/jina-bert-implementation--configuration_bert.JinaBertConfig",
+        "AutoModel": "jinaai/jina-bert-implementation--modeling_bert.JinaBertModel",
     }
-    (folder / "config.json").write_text(json.dumps(config))
-    write_hub_cache(tmp_path / "hub", "wde-tests/jina-v2", folder)
-    environment = hub_environment(HF_HUB_CACHE=str(tmp_path / "hub"), HF_HUB_OFFLINE="1")
+    environment = cached_remote_code_repo(tmp_path, "wde-tests/jina-v2", "JinaBertModel", code)
     with environment, pytest.raises(HubModelError, match="needs remote code for architecture JinaBertModel"):
         resolve_model_path("wde-tests/jina-v2")
 
@@ -128,18 +134,11 @@ def test_remote_code_of_an_architecture_wde_implements_is_not_refused(tmp_path: 
     """nomic-embed-text's config.json names remote code for NomicBertModel, which wde implements itself
     (wde/models/nomic_bert.py): past the remote-code check, resolving goes on to the weights (which this
     offline cache lacks, so it stops there, saying so)."""
-    folder = tmp_path / "nomic"
-    folder.mkdir()
-    config = {
-        "architectures": ["NomicBertModel"],
-        "auto_map": {
-            "AutoConfig": "nomic-ai/nomic-bert-2048--configuration_hf_nomic_bert.NomicBertConfig",
-            "AutoModel": "nomic-ai/nomic-bert-2048--modeling_hf_nomic_bert.NomicBertModel",
-        },
+    code = {
+        "AutoConfig": "nomic-ai/nomic-bert-2048--configuration_hf_nomic_bert.NomicBertConfig",
+        "AutoModel": "nomic-ai/nomic-bert-2048--modeling_hf_nomic_bert.NomicBertModel",
     }
-    (folder / "config.json").write_text(json.dumps(config))
-    write_hub_cache(tmp_path / "hub", "wde-tests/nomic", folder)
-    environment = hub_environment(HF_HUB_CACHE=str(tmp_path / "hub"), HF_HUB_OFFLINE="1")
+    environment = cached_remote_code_repo(tmp_path, "wde-tests/nomic", "NomicBertModel", code)
     with environment, pytest.raises(HubModelError, match="lacks weights") as refusal:
         resolve_model_path("wde-tests/nomic")
     assert "remote code" not in str(refusal.value)

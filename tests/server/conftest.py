@@ -71,6 +71,20 @@ async def asgi_client(
         state.detach()
 
 
+@asynccontextmanager
+async def served_model(path: Path, **settings: Any) -> AsyncIterator[httpx.AsyncClient]:
+    """An engine over the model folder ``path`` (CPU), ready, and an httpx client on an app over it; the
+    engine shut down afterwards."""
+    engine = AsyncLLMEngine(EngineArgs(model=str(path), device="cpu"))
+    engine.start()
+    engine.wait_until_ready(timeout=120)
+    try:
+        async with asgi_client(engine, **settings) as (client, _):
+            yield client
+    finally:
+        engine.shutdown(timeout=60)
+
+
 async def wait_for(condition: Callable[[], bool], timeout: float = 30.0, what: str = "condition") -> None:
     """Poll ``condition`` on the event loop (tests only; bounded)."""
     loop = asyncio.get_running_loop()

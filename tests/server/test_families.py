@@ -15,10 +15,8 @@ from tests.models.test_mpnet import save_tiny_mpnet
 from tests.models.tiny_gemma3 import save_tiny_gemma3
 from tests.models.tiny_modernbert import save_tiny_modernbert
 from tests.models.tiny_qwen3 import save_tiny_qwen3
-from tests.server.conftest import asgi_client
+from tests.server.conftest import served_model
 from tests.tiny_models import save_tiny_bert, save_tiny_xlmr
-from wde import EngineArgs
-from wde.entrypoints.async_llm_engine import AsyncLLMEngine
 
 pytestmark = pytest.mark.anyio
 
@@ -49,24 +47,17 @@ FAMILIES: dict[str, tuple[Callable[[Path], Path], str, str]] = {
 @pytest.mark.parametrize("architecture", list(FAMILIES))
 async def test_family_is_served(tmp_path: Path, architecture: str) -> None:
     save, model_type, detail = FAMILIES[architecture]
-    path = save(tmp_path / "model")
-    engine = AsyncLLMEngine(EngineArgs(model=str(path), device="cpu"))
-    engine.start()
-    engine.wait_until_ready(timeout=120)
-    try:
-        async with asgi_client(engine) as (client, _):
-            info = (await client.get("/info")).json()
-            assert info["model_architecture"] == architecture
-            assert set(info["model_type"]) == {model_type}
-            if model_type == "embedding":
-                assert info["model_type"]["embedding"]["pooling"] == detail
-                response = await client.post("/embed", json={"inputs": TEXTS})
-                assert response.status_code == 200, response.text
-                assert len(response.json()) == len(TEXTS)
-            else:
-                assert detail in info["model_type"][model_type]["label2id"]
-                response = await client.post("/rerank", json={"query": "a query", "texts": TEXTS})
-                assert response.status_code == 200, response.text
-                assert sorted(rank["index"] for rank in response.json()) == [0, 1, 2]
-    finally:
-        engine.shutdown(timeout=60)
+    async with served_model(save(tmp_path / "model")) as client:
+        info = (await client.get("/info")).json()
+        assert info["model_architecture"] == architecture
+        assert set(info["model_type"]) == {model_type}
+        if model_type == "embedding":
+            assert info["model_type"]["embedding"]["pooling"] == detail
+            response = await client.post("/embed", json={"inputs": TEXTS})
+            assert response.status_code == 200, response.text
+            assert len(response.json()) == len(TEXTS)
+        else:
+            assert detail in info["model_type"][model_type]["label2id"]
+            response = await client.post("/rerank", json={"query": "a query", "texts": TEXTS})
+            assert response.status_code == 200, response.text
+            assert sorted(rank["index"] for rank in response.json()) == [0, 1, 2]
