@@ -60,7 +60,7 @@ def backend_refusal(path: Path, backend_name: str) -> str | None:
     hf_config = json.loads((path / "config.json").read_text())
     _, model_cls = resolve_architecture(hf_config.get("architectures"), str(path), hf_config)
     with torch.device("meta"):
-        specs = attention_specs(model_cls(hf_config))
+        specs = attention_specs(model_cls(model_cls.standard_config(hf_config)))  # as read_model_info
     try:
         select_attention_backend(backend_name, CpuPlatform(), torch.float32, specs)
     except ValueError as error:

@@ -125,9 +125,6 @@ class JinaEmbeddingsV3Model(GteModel):
     weight_prefixes = WEIGHT_PREFIXES
     layer_cls = JinaLayer
 
-    def __init__(self, config: dict[str, Any], add_pooler: bool = False) -> None:
-        super().__init__(standard_config(config), add_pooler)
-
     @classmethod
     def standard_config(cls, hf_config: dict[str, Any]) -> dict[str, Any]:
         return standard_config(hf_config)

@@ -157,7 +157,7 @@ class NomicBertModel(GteModel):
     weight_prefixes = WEIGHT_PREFIXES
 
     def __init__(self, config: dict[str, Any], add_pooler: bool = False) -> None:
-        config = standard_config(config)
+        """``config``: as ``standard_config`` maps it (``read_model_info`` does)."""
         super().__init__(config, add_pooler)
         self.prenorm = bool(config.get("prenorm", False))
 
@@ -224,9 +224,6 @@ class NomicBertForSequenceClassification(GteForSequenceClassification):
     remote code's checkpoints)."""
 
     encoder_cls = NomicBertModel
-
-    def __init__(self, config: dict[str, Any]) -> None:
-        super().__init__(standard_config(config))
 
     @classmethod
     def standard_config(cls, hf_config: dict[str, Any]) -> dict[str, Any]:
