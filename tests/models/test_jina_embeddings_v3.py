@@ -248,3 +248,15 @@ def test_published_layout_equals_sentence_transformers_on_docs(dirs: dict[str, P
     with llm_of(path) as llm:
         got = np.stack([output.embedding for output in llm.encode(texts)])
     assert_close_to_sentence_transformers(got, expected)
+
+
+@pytest.mark.anyio
+async def test_the_wrong_adapter_over_http_is_a_422_naming_the_field(dirs: dict[str, Path]) -> None:
+    from tests.server.conftest import served_model
+
+    async with served_model(dirs["published/retrieval.query"]) as client:
+        response = await client.post("/embed", json={"inputs": "x", "prompt_name": "retrieval.passage"})
+    # TEI's door: a request it validates and refuses is 422 "Validation", as for an unknown prompt_name
+    assert response.status_code == 422, response.text
+    assert response.json()["error_type"] == "Validation"
+    assert "prompt_name 'retrieval.passage' is a task adapter" in response.json()["error"]

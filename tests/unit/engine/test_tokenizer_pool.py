@@ -66,3 +66,11 @@ def test_default_workers_by_device_and_tokenizers_parallelism(
     assert default_tokenizer_workers("cuda") == 5  # the cores, one left for the engine thread
     monkeypatch.setattr("os.sched_getaffinity", lambda pid: {0})
     assert default_tokenizer_workers("cuda") == 1
+
+
+def test_a_negative_tokenizer_workers_setting_is_refused_naming_it() -> None:
+    from wde.config import SchedulerConfig
+
+    SchedulerConfig(2048, 8, tokenizer_workers=0).verify()  # 0: on the engine thread
+    with pytest.raises(ValueError, match=r"tokenizer_workers \(-1\) must be >= 0"):
+        SchedulerConfig(2048, 8, tokenizer_workers=-1).verify()
