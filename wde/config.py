@@ -166,6 +166,29 @@ class MultiVectorConfig:
         return self.projection.out_features if self.projection is not None else None
 
 
+NO_ADAPTER = -1  # a token's adapter index when it runs with the base weights (wde.layers.lora)
+
+
+@dataclass(frozen=True)
+class TaskAdapters:
+    """A checkpoint's LoRA task adapters (Jina v3's ``lora_adaptations``, stacked in its weights in this
+    order). A request runs with the one its ``prompt_name`` names (sentence-transformers' Jina v3 prompts
+    are named after the tasks), else with ``default`` (config.json's ``default_task``; None: the base
+    weights)."""
+
+    names: tuple[str, ...]
+    default: str | None = None
+
+    def chosen(self, prompt_name: str | None) -> str | None:
+        """The adapter a request with this ``prompt_name`` runs with (None: the base weights)."""
+        return prompt_name if prompt_name in self.names else self.default
+
+    def index(self, prompt_name: str | None) -> int:
+        """``chosen``'s position in ``names``, or NO_ADAPTER."""
+        chosen = self.chosen(prompt_name)
+        return NO_ADAPTER if chosen is None else self.names.index(chosen)
+
+
 @dataclass
 class ModelConfig:
     model: str
@@ -206,6 +229,8 @@ class ModelConfig:
     added_special_tokens: tuple[str, ...] = ()
     # rows of the position table no token can use (the family's ``WdeModel.reserved_positions``)
     num_reserved_positions: int = 0
+    # LoRA task adapters a request picks by its prompt_name (``WdeModel.task_adapters``); None: none
+    task_adapters: TaskAdapters | None = None
 
     @property
     def max_position_embeddings(self) -> int:

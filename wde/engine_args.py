@@ -245,6 +245,7 @@ class EngineArgs:
                 multi_vector=info.multi_vector,
                 added_special_tokens=info.added_special_tokens,
                 num_reserved_positions=info.num_reserved_positions,
+                task_adapters=info.task_adapters,
             ),
             scheduler_config=SchedulerConfig(
                 max_num_batched_tokens=max_num_batched_tokens,

@@ -16,7 +16,7 @@ from typing import Any, ClassVar
 import torch
 from torch import nn
 
-from wde.config import PoolingConfig
+from wde.config import PoolingConfig, TaskAdapters
 from wde.layers.pooler.methods import PoolingMetadata
 
 
@@ -84,6 +84,14 @@ class WdeModel(nn.Module):
         """Rows of the position table no token can use (RoBERTa-style models number positions from
         padding_idx + 1): ``max_position_embeddings`` minus this is the longest input."""
         return 0
+
+    @classmethod
+    def task_adapters(cls, hf_config: dict[str, Any], model_path: str) -> TaskAdapters | None:
+        """The LoRA task adapters a request can pick (``ModelConfig.task_adapters``), read from the model
+        directory before load so that a request naming one the checkpoint lacks is refused at the door; None
+        (the default): the model has none. A family that has them runs each token with its request's adapter
+        (``get_forward_context().adapters``, ``wde/layers/lora.py``)."""
+        return None
 
     # ---- what every family implements -----------------------------------------------------------------
     def forward(

@@ -2,11 +2,13 @@
 
 Checked when the model directory is read (``read_model_info``, for the engine config), so ``wde serve``
 refuses a folder in one line before it binds a port or loads a tensor, and ``LLM(path)`` fails before the
-model is built. Plain file checks: no torch, no tokenizer import.
+model is built. Plain file checks: no torch, no tokenizer import (a safetensors checkpoint's tensor names come
+from its header, for what a family reads before load: Jina v3's LoRA task adapters).
 """
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 WEIGHT_PATTERNS = ("*.safetensors", "pytorch_model*.bin")
@@ -57,3 +59,18 @@ def check_model_files(model_dir: str | Path, tokenizer_dir: str | Path) -> None:
             f"{tokenizer_dir} has no tokenizer files ({FAST_TOKENIZER_FILE}, or {slow}); copy them from the "
             "model's repository, or pass --tokenizer DIR (tokenizer= in Python) naming a folder that has them"
         )
+
+
+def checkpoint_tensor_names(model_dir: str | Path) -> list[str] | None:
+    """The tensor names of a safetensors checkpoint, read from each file's JSON header (no tensor is read);
+    None for ``pytorch_model*.bin`` (its names are known only once it is loaded)."""
+    files = weight_files(model_dir)
+    if not files or files[0].suffix != ".safetensors":
+        return None
+    names: list[str] = []
+    for path in files:
+        with open(path, "rb") as f:
+            header_size = int.from_bytes(f.read(8), "little")  # the format: u64 length, then the JSON header
+            header = json.loads(f.read(header_size))
+        names.extend(name for name in header if name != "__metadata__")
+    return names

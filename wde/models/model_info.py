@@ -20,6 +20,7 @@ from wde.config import (
     MultiVectorConfig,
     PoolingConfig,
     SparseConfig,
+    TaskAdapters,
     max_positions,
     num_labels,
 )
@@ -58,6 +59,8 @@ class ModelInfo:
     added_special_tokens: tuple[str, ...] = ()  # tokens the tokenizer must keep whole (PyLate's prefixes)
     # a CrossEncoder's activation_fn in config_sentence_transformers.json (a torch class path)
     st_activation_fn: str | None = None
+    # LoRA task adapters a request picks by its prompt_name (``WdeModel.task_adapters``)
+    task_adapters: TaskAdapters | None = None
 
     @property
     def max_positions(self) -> int:
@@ -121,6 +124,7 @@ def read_model_info(model_path: str, tokenizer_path: str, task: str = "auto") ->
         default_instruction=model_cls.default_instruction if is_reranker_score else None,
         added_special_tokens=_prefix_tokens(tokenizer_path, st_metadata.prefix_tokens),
         st_activation_fn=st_metadata.activation_fn,
+        task_adapters=model_cls.task_adapters(hf_config, model_path),
     )
 
 

@@ -106,7 +106,9 @@ class CPUModelRunner(ModelRunnerBase):
         num_tokens = sum(request.num_tokens for request in requests)
         bucket = bucket_rows(num_tokens)
         self.warm_buckets.add(bucket)
-        return InputBatch.build(requests, self.backend, self.device, self._padding(bucket - num_tokens))
+        padding = self._padding(bucket - num_tokens)
+        adapters = self.model_config.task_adapters
+        return InputBatch.build(requests, self.backend, self.device, padding, task_adapters=adapters)
 
     # ---- while the engine thread is idle (what CUDA graphs do on GPUs): the small buckets' primitives ----
     def has_pending_captures(self) -> bool:

@@ -5,6 +5,8 @@ Static device buffers (input ids, positions, token types, cu_seqlens) are sized 
 sequence slot as empty (cu_seqlens repeats the real token count), so padded rows belong to no sequence and
 never reach a real token's attention. Only varlen backends with static metadata can be captured
 (``AttentionBackend.supports_cuda_graphs``: flash_attn, torch_varlen). The pooler runs outside the graph.
+A model with LoRA task adapters is captured with a static per-token adapter buffer (the rows-of-several-
+tasks path, ``wde/layers/lora.py``), so one graph serves any mix of tasks.
 """
 
 from __future__ import annotations
@@ -14,8 +16,10 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from wde.config import NO_ADAPTER
 from wde.layers.attention.backend import AttentionMetadata
 from wde.layers.forward_context import set_forward_context
+from wde.layers.lora import TokenAdapters
 
 if TYPE_CHECKING:
     from wde.worker.input_batch import InputBatch
@@ -41,6 +45,14 @@ class TorchCudaGraphCapturer:
         self.positions = torch.zeros(max_num_tokens, dtype=torch.int64, device=self.device)
         self.token_type_ids = torch.zeros(max_num_tokens, dtype=torch.int64, device=self.device)
         self.cu_seqlens = torch.zeros(max_num_seqs + 1, dtype=torch.int32, device=self.device)
+        # each token's task adapter, for a model that has them (None: the batch carries none)
+        self.adapter_ids: torch.Tensor | None = None
+        task_adapters = runner.model_config.task_adapters
+        self.default_adapter = NO_ADAPTER if task_adapters is None else task_adapters.index(None)
+        if task_adapters is not None:
+            self.adapter_ids = torch.full(
+                (max_num_tokens,), NO_ADAPTER, dtype=torch.int64, device=self.device
+            )
         self.metadata = AttentionMetadata(
             seq_lens=[], cu_seqlens=self.cu_seqlens, max_seqlen=self.max_model_len
         )
@@ -86,12 +98,25 @@ class TorchCudaGraphCapturer:
             static[num_tokens:bucket].zero_()
         self.cu_seqlens[: num_seqs + 1].copy_(batch.attn_metadata.cu_seqlens, non_blocking=True)
         self.cu_seqlens[num_seqs + 1 :].fill_(num_tokens)  # unused slots: empty sequences
+        if self.adapter_ids is not None:
+            self._copy_adapters(batch.adapters, num_tokens, bucket)
         # 2. replay; the real rows of the static output are the batch's hidden states
         captured.graph.replay()
         return captured.output[:num_tokens]
 
+    def _copy_adapters(self, adapters: TokenAdapters | None, num_tokens: int, bucket: int) -> None:
+        """The batch's per-token adapters into the static buffer; padded rows run with none."""
+        assert self.adapter_ids is not None
+        if adapters is not None and adapters.ids is not None:
+            self.adapter_ids[:num_tokens].copy_(adapters.ids[:num_tokens], non_blocking=True)
+        else:
+            single = self.default_adapter if adapters is None else adapters.single
+            self.adapter_ids[:num_tokens].fill_(NO_ADAPTER if single is None else single)
+        self.adapter_ids[num_tokens:bucket].fill_(NO_ADAPTER)
+
     def _forward(self, num_tokens: int) -> torch.Tensor:
-        with set_forward_context(self.metadata):
+        adapters = None if self.adapter_ids is None else TokenAdapters(ids=self.adapter_ids[:num_tokens])
+        with set_forward_context(self.metadata, adapters):
             return self.model(
                 self.input_ids[:num_tokens], self.positions[:num_tokens], self.token_type_ids[:num_tokens]
             )

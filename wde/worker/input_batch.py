@@ -9,8 +9,10 @@ from itertools import chain
 import numpy as np
 import torch
 
+from wde.config import TaskAdapters
 from wde.inputs import PoolingParams
 from wde.layers.attention.backend import AttentionBackend, AttentionMetadata
+from wde.layers.lora import TokenAdapters
 from wde.layers.pooler.methods import PoolingMetadata, host_to_device
 from wde.request import Request
 
@@ -26,6 +28,8 @@ class InputBatch:
     params: list[PoolingParams]  # per request, in batch order
     # dummy tokens after the real ones (sequences of their own, for a row bucket), dropped before pooling
     num_padding_tokens: int = 0
+    # each token's LoRA task adapter, for a model that has them (``ModelConfig.task_adapters``); else None
+    adapters: TokenAdapters | None = None
 
     @property
     def num_tokens(self) -> int:
@@ -39,9 +43,11 @@ class InputBatch:
         backend_cls: type[AttentionBackend],
         device: torch.device,
         padding_lens: list[int] | None = None,
+        task_adapters: TaskAdapters | None = None,
     ) -> InputBatch:
         """``padding_lens``: dummy sequences (token id 0, positions from 0, fully attended) after the
-        requests', so that the model runs on a row bucket (``wde/worker/row_buckets.py``)."""
+        requests', so that the model runs on a row bucket (``wde/worker/row_buckets.py``).
+        ``task_adapters``: the model's LoRA task adapters, each request's chosen by its ``prompt_name``."""
         real_lens = [request.num_tokens for request in requests]
         num_tokens = sum(real_lens)
         padding_lens = padding_lens or []
@@ -70,6 +76,11 @@ class InputBatch:
             token_type_ids = host_to_device(type_ids, device)
         input_ids_on_device = host_to_device(input_ids, device)
         num_keys = _num_keys(requests)
+        # 4. each token's task adapter, where the model has them
+        adapters = None
+        if task_adapters is not None:
+            indices = [task_adapters.index(request.params.prompt_name) for request in requests]
+            adapters = TokenAdapters.of_sequences(indices, real_lens, padding_lens, device)
         return cls(
             request_ids=[request.request_id for request in requests],
             input_ids=input_ids_on_device,
@@ -83,6 +94,7 @@ class InputBatch:
             ),
             params=[request.params for request in requests],
             num_padding_tokens=num_rows - num_tokens,
+            adapters=adapters,
         )
 
 

@@ -179,7 +179,9 @@ class ModelRunnerBase:
         return POOLERS[self.model_config.task](self.model, self.model_config, self.device, self.dtype)
 
     def prepare_inputs(self, requests: list[Request]) -> InputBatch:
-        return InputBatch.build(requests, self.backend, self.device)
+        return InputBatch.build(
+            requests, self.backend, self.device, task_adapters=self.model_config.task_adapters
+        )
 
     @torch.inference_mode()
     def execute_model(self, batch: InputBatch) -> list[np.ndarray]:
@@ -196,7 +198,7 @@ class ModelRunnerBase:
     def _forward(self, batch: InputBatch) -> torch.Tensor:
         """The model over every row of ``batch``, padding included: [num_rows, hidden_size]."""
         assert self.model is not None  # initialize()
-        with set_forward_context(batch.attn_metadata):
+        with set_forward_context(batch.attn_metadata, batch.adapters):
             return self.model(batch.input_ids, batch.positions, batch.token_type_ids)
 
     def capture_while_idle(self, is_idle: Callable[[], bool]) -> int:
