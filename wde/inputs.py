@@ -40,6 +40,7 @@ class PoolingParams:
     normalize: bool | None = None
     dimensions: int | None = None
     truncate: bool | None = None
+    # also picks a LoRA task adapter named like it (Jina v3: ModelConfig.task_adapters)
     prompt_name: str | None = None
     raw_scores: bool = False  # score task: return logits instead of activated scores
     instruction: str | None = None  # score task of an LLM reranker: its template's {instruction}
@@ -84,17 +85,17 @@ class PoolingParams:
         return self.output_kinds(model_config)[0]
 
     def _verify_task_adapter(self, model_config: ModelConfig) -> None:
-        """A model with LoRA task adapters (Jina v3: ``lora_adaptations``) serves the one config.json's
-        ``default_task`` merged at load; a request whose ``prompt_name`` names another task would get that
-        task's prompt on the wrong adapter, so it is refused."""
-        adapters = model_config.hf_config.get("lora_adaptations") or ()
-        loaded = model_config.hf_config.get("default_task")
-        if self.prompt_name in adapters and self.prompt_name != loaded:
-            serving = f"the {loaded!r} adapter" if loaded else "no task adapter (no default_task)"
+        """A ``prompt_name`` named after a LoRA task adapter (Jina v3's ``lora_adaptations``) runs with that
+        adapter (``ModelConfig.task_adapters``); where the checkpoint has no LoRA weights it would get the
+        task's prompt on the base weights, so it is refused."""
+        if model_config.task_adapters is not None:
+            return
+        if self.prompt_name in (model_config.hf_config.get("lora_adaptations") or ()):
             raise ValueError(
-                f"prompt_name {self.prompt_name!r} is a task adapter this model was not loaded with: it "
-                f"serves {serving}; serve another copy with default_task {self.prompt_name!r} in its "
-                "config.json for these requests"
+                f"prompt_name {self.prompt_name!r} names a task adapter of config.json's lora_adaptations, "
+                "but this checkpoint has no LoRA weights (it serves the base weights to every request); "
+                "serve a checkpoint with its adapters (parametrizations...lora_A / lora_B), or leave "
+                "prompt_name out"
             )
 
     def verify(self, model_config: ModelConfig) -> None:

@@ -9,7 +9,10 @@ checkpoints in two layouts:
 
 transformers has no adapters: the reference for a task is transformers' model (and sentence-transformers over
 it) on the native weights with that task's LoRA merged as the remote code's ``LoRAParametrization`` applies
-it (``W + alpha / rank * B @ A``, an embedding's ``A @ B``), computed here on the checkpoint's tensors.
+it (``W + alpha / rank * B @ A``, an embedding's ``A @ B``), computed here on the checkpoint's tensors. wde
+keeps the adapters unmerged and runs each request with the one its prompt_name names (the folders carry
+Jina v3's sentence-transformers prompts, named after the tasks), else config.json's default_task, else none:
+one model answers every task, in mixed batches.
 """
 
 from __future__ import annotations
@@ -30,7 +33,7 @@ from tests.models.family_checks import (
     backend_refusal,
     hf_last_hidden,
 )
-from tests.models.test_encoders import max_abs_diff, run_wde
+from tests.models.test_encoders import BACKENDS, DEVICE, backend_chooser, engine_config, max_abs_diff, run_wde
 from tests.models.test_gte import (
     FP32_ATOL,
     MAX_POSITIONS,
@@ -42,14 +45,30 @@ from tests.models.test_gte import (
     save_pooled_st,
 )
 from tests.tiny_models import build_xlmr_tokenizer, training_texts
+from wde.config import TaskAdapters
+from wde.inputs import PoolingParams
+from wde.layers.forward_context import set_forward_context
 from wde.models.jina_embeddings_v3 import JinaEmbeddingsV3Model
+from wde.models.loader import load_model
 from wde.models.registry import MODEL_REGISTRY, resolve_architecture
 from wde.models.xlm_roberta import XLMRobertaModel
+from wde.request import Request
+from wde.worker.input_batch import InputBatch
 
 SEED = 383
 TASKS = ["retrieval.query", "retrieval.passage", "separation", "classification", "text-matching"]
 LORA_RANK, LORA_ALPHA = 4, 2.0
 LAYOUTS = ["native", "published/base", *(f"published/{task}" for task in TASKS)]
+# jinaai/jina-embeddings-v3's config_sentence_transformers.json: one prompt per task, two of them empty
+TASK_PROMPTS = {
+    "retrieval.query": "Represent the query for retrieving evidence documents: ",
+    "retrieval.passage": "Represent the document for retrieval: ",
+    "separation": "",
+    "classification": "",
+    "text-matching": "",
+}
+# one batch's sequences (SEQ_LENS of test_gte): every task, and none
+MIXED_TASKS: list[str | None] = [None, *TASKS, None, TASKS[1]]
 NUM_TEXTS = 24  # of training_texts(): batch and single
 REMOTE_CODE = "jinaai/xlm-roberta-flash-implementation"
 PUBLISHED_KEYS: dict[str, Any] = {
@@ -85,7 +104,7 @@ def save_native(path: Path) -> Path:
     hf_dir = path.with_name(f"{path.name}-hf")
     model.save_pretrained(hf_dir)
     tokenizer.save_pretrained(hf_dir)
-    return save_pooled_st(hf_dir, path, "mean")
+    return save_pooled_st(hf_dir, path, "mean", TASK_PROMPTS)
 
 
 def is_adapted(name: str) -> bool:
@@ -149,6 +168,27 @@ def dirs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     return found
 
 
+@pytest.fixture(scope="module")
+def no_lora_dir(dirs: dict[str, Path], tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """transformers' checkpoint (no LoRA weights) whose config.json still lists lora_adaptations, as a
+    conversion of the published config keeps them."""
+    path = shutil.copytree(dirs["native"], tmp_path_factory.mktemp("jina_v3_no_lora") / "model")
+    config = json.loads((path / "config.json").read_text()) | {"lora_adaptations": TASKS}
+    (path / "config.json").write_text(json.dumps(config))
+    return path
+
+
+@pytest.fixture(scope="module")
+def task_references(dirs: dict[str, Path]) -> dict[str | None, torch.Tensor]:
+    """transformers' last hidden state of the random sequences per task (None: the base weights), each task's
+    LoRA merged."""
+    token_ids = random_token_ids(dirs["native"], SEED)
+    found = {None: hf_last_hidden(dirs["native"], token_ids, pad_id=1)}
+    for task in TASKS:
+        found[task] = hf_last_hidden(reference_of(dirs[f"published/{task}"]), token_ids, pad_id=1)
+    return found
+
+
 def reference_of(path: Path) -> Path:
     """The folder transformers / sentence-transformers read for ``path``: native, or the merged copy."""
     return path if path.name == "native" else path.with_name(f"{path.name}-merged")
@@ -180,6 +220,14 @@ def test_task_without_adapters_is_refused(dirs: dict[str, Path], tmp_path: Path)
     (path / "config.json").write_text(json.dumps(config))
     with pytest.raises(ValueError, match="no LoRA weights"):
         run_wde(path, [[0, 5, 2]], "naive")
+
+
+def test_the_adapters_are_read_from_the_model_directory(dirs: dict[str, Path], no_lora_dir: Path) -> None:
+    assert engine_config(dirs["published/base"]).model_config.task_adapters == TaskAdapters(tuple(TASKS))
+    default = engine_config(dirs["published/separation"]).model_config.task_adapters
+    assert default == TaskAdapters(tuple(TASKS), "separation")
+    assert engine_config(no_lora_dir).model_config.task_adapters is None
+    assert engine_config(dirs["native"]).model_config.task_adapters is None
 
 
 # ---- against transformers and sentence-transformers -------------------------------------------------------
@@ -225,14 +273,103 @@ def test_encode_equals_sentence_transformers(dirs: dict[str, Path], layout: str)
     assert max_abs_diff(batched[:8], singles) <= FP32_ATOL
 
 
-def test_a_request_for_another_task_adapter_is_refused(dirs: dict[str, Path]) -> None:
-    """The adapter is chosen at load: a request naming another task (its prompt_name) would get that task's
-    prompt on the loaded adapter, so it is refused, naming both."""
-    wrong_adapter = r"'retrieval.passage' is a task adapter .* 'retrieval.query' adapter"
-    with llm_of(dirs["published/retrieval.query"]) as llm, pytest.raises(ValueError, match=wrong_adapter):
-        llm.encode(["x"], prompt_name="retrieval.passage")
-    with llm_of(dirs["published/base"]) as llm, pytest.raises(ValueError, match="no task adapter"):
-        llm.encode(["x"], prompt_name="separation")
+# ---- task adapters per request -----------------------------------------------------------------------------
+def run_wde_tasks(
+    path: Path, token_ids: list[list[int]], backend_name: str, tasks: list[str | None]
+) -> torch.Tensor:
+    """Our model on one flat batch whose sequences name these tasks (their prompt_name), as the runner
+    builds it: [num_tokens, hidden_size]."""
+    model_config = engine_config(path).model_config
+    model = load_model(model_config, backend_chooser(backend_name, torch.float32), DEVICE, torch.float32)
+    requests = [
+        Request(str(i), token_ids=ids, params=PoolingParams(prompt_name=task))
+        for i, (ids, task) in enumerate(zip(token_ids, tasks, strict=True))
+    ]
+    adapters = model_config.task_adapters
+    batch = InputBatch.build(requests, BACKENDS[backend_name], DEVICE, task_adapters=adapters)
+    with torch.inference_mode(), set_forward_context(batch.attn_metadata, batch.adapters):
+        return model(batch.input_ids, batch.positions, batch.token_type_ids).float()
+
+
+def rows_of_tasks(
+    references: dict[str | None, torch.Tensor], token_ids: list[list[int]], tasks: list[str | None]
+) -> torch.Tensor:
+    """Each sequence's rows from its task's reference: [num_tokens, hidden_size]."""
+    parts, start = [], 0
+    for ids, task in zip(token_ids, tasks, strict=True):
+        parts.append(references[task][start : start + len(ids)])
+        start += len(ids)
+    return torch.cat(parts)
+
+
+@pytest.mark.parametrize("backend_name", CPU_BACKEND_NAMES)
+@pytest.mark.parametrize("layout", ["published/base", "published/retrieval.query"])
+def test_each_request_runs_with_its_task_adapter(
+    dirs: dict[str, Path],
+    task_references: dict[str | None, torch.Tensor],
+    layout: str,
+    backend_name: str,
+) -> None:
+    """One model, every task: a batch of one task each (one adapter for every row) and a batch mixing all
+    of them and none (the per-row mask) equal transformers with that task's LoRA merged; without a task a
+    request runs with default_task's adapter, else the base weights."""
+    path = dirs[layout]
+    refusal = backend_refusal(path, backend_name)
+    if refusal is not None:
+        pytest.skip(refusal)  # varlen_cpu on a CPU without its kernel
+    token_ids = random_token_ids(dirs["native"], SEED)
+    default = engine_config(path).model_config.task_adapters.default  # type: ignore[union-attr]
+    references = task_references | {None: task_references[default]}
+    atol = VARLEN_ATOL if backend_name == "varlen_cpu" else FP32_ATOL
+    for task in [None, *TASKS]:
+        one_task = run_wde_tasks(path, token_ids, backend_name, [task] * len(token_ids))
+        assert max_abs_diff(one_task, references[task]) <= atol, task
+    mixed = run_wde_tasks(path, token_ids, backend_name, MIXED_TASKS)
+    assert max_abs_diff(mixed, rows_of_tasks(references, token_ids, MIXED_TASKS)) <= atol
+
+
+def test_each_task_equals_sentence_transformers(dirs: dict[str, Path]) -> None:
+    """``encode(texts, prompt_name=task)`` on one model == sentence-transformers' ``encode(texts,
+    prompt_name=task)`` over that task's merged checkpoint (its prompt and its adapter)."""
+    from sentence_transformers import SentenceTransformer
+
+    texts = training_texts()[:NUM_TEXTS]
+    with llm_of(dirs["published/retrieval.query"]) as llm:
+        for task in TASKS:
+            reference = SentenceTransformer(str(reference_of(dirs[f"published/{task}"])), device="cpu")
+            expected = reference.encode(texts, prompt_name=task)
+            got = np.stack([output.embedding for output in llm.encode(texts, prompt_name=task)])
+            assert_close_to_sentence_transformers(got, expected)
+
+
+def test_a_mixed_batch_equals_each_single(dirs: dict[str, Path]) -> None:
+    """Requests of two tasks and of none, queued together, run as one batch and answer as each alone."""
+    texts = training_texts()[:9]
+    tasks = [TASKS[0], TASKS[1], None] * 3
+    with llm_of(dirs["published/base"]) as llm:
+        singles = [
+            llm.encode([text], prompt_name=task)[0].embedding for text, task in zip(texts, tasks, strict=True)
+        ]
+        for i, (text, task) in enumerate(zip(texts, tasks, strict=True)):
+            llm.engine.add_request(str(i), text, PoolingParams(prompt_name=task))
+        outputs = {output.request_id: output for output in llm.engine.step()}
+        assert llm.engine.last_step_stats.num_scheduled_seqs == len(texts)  # one batch
+        while llm.engine.has_unfinished_requests():
+            outputs |= {output.request_id: output for output in llm.engine.step()}
+    mixed = np.stack([outputs[str(i)].embedding for i in range(len(texts))])  # type: ignore[union-attr]
+    assert max_abs_diff(mixed, np.stack(singles)) <= FP32_ATOL
+    assert max_abs_diff(singles[0], singles[1]) > 1e-2  # the tasks differ (a guard on the test itself)
+
+
+def test_a_task_the_checkpoint_lacks_is_refused(no_lora_dir: Path) -> None:
+    """config.json lists the tasks but the weights have no LoRA: a request naming a task would get its
+    prompt on the base weights, so it is refused; other requests run."""
+    with llm_of(no_lora_dir) as llm:
+        with pytest.raises(
+            ValueError, match=r"prompt_name 'separation' names a task adapter .* no LoRA weights"
+        ):
+            llm.encode(["x"], prompt_name="separation")
+        assert llm.encode(["x"])[0].embedding.shape == (SIZES["hidden_size"],)
 
 
 @pytest.mark.shared_data  # the issue's acceptance text: real documents, not the generated corpus
@@ -251,12 +388,19 @@ def test_published_layout_equals_sentence_transformers_on_docs(dirs: dict[str, P
 
 
 @pytest.mark.anyio
-async def test_the_wrong_adapter_over_http_is_a_422_naming_the_field(dirs: dict[str, Path]) -> None:
+async def test_a_task_over_http(dirs: dict[str, Path], no_lora_dir: Path) -> None:
+    """TEI's /embed: prompt_name picks the adapter; one the checkpoint lacks is a 422 "Validation" naming the
+    field, as an unknown prompt_name."""
     from tests.server.conftest import served_model
 
-    async with served_model(dirs["published/retrieval.query"]) as client:
+    with llm_of(dirs["published/base"]) as llm:
+        expected = llm.encode(["x"], prompt_name="retrieval.passage")[0].embedding
+    async with served_model(dirs["published/base"]) as client:
         response = await client.post("/embed", json={"inputs": "x", "prompt_name": "retrieval.passage"})
-    # TEI's door: a request it validates and refuses is 422 "Validation", as for an unknown prompt_name
+    assert response.status_code == 200, response.text
+    assert max_abs_diff(np.asarray(response.json()[0]), expected) <= FP32_ATOL
+    async with served_model(no_lora_dir) as client:
+        response = await client.post("/embed", json={"inputs": "x", "prompt_name": "retrieval.passage"})
     assert response.status_code == 422, response.text
     assert response.json()["error_type"] == "Validation"
-    assert "prompt_name 'retrieval.passage' is a task adapter" in response.json()["error"]
+    assert "prompt_name 'retrieval.passage' names a task adapter" in response.json()["error"]

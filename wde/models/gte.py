@@ -44,7 +44,7 @@ from wde.models.weight_names import WeightTarget, fused_rows, load_weights_by_na
 
 # the RoPE base when the config names none: the remote code's NewConfig default, and transformers' GteConfig
 DEFAULT_ROPE_THETA = {"new": 10_000.0, "gte": 160_000.0}
-WEIGHT_PREFIXES = ("new.", "gte.")  # the encoder inside a classifier checkpoint
+WEIGHT_PREFIXES: tuple[str, ...] = ("new.", "gte.")  # the encoder inside a classifier checkpoint
 # transformers' module names -> the published ones (then q/k/v and up/gate are fused below)
 _RENAMES = (
     (re.compile(r"^layers\."), "encoder.layer."),
@@ -223,11 +223,12 @@ class GteLayer(nn.Module):
     """Post-norm block: ``h = attn_ln(h + attn(h)); h = mlp_ln(h + mlp(h))``."""
 
     mlp_cls: ClassVar[type[nn.Module]] = GteMLP  # built as mlp_cls(config, biases) (Jina v3: a plain MLP)
+    attention_cls: ClassVar[type[GteAttention]] = GteAttention  # (Jina v3: with its LoRA task adapters)
 
     def __init__(self, config: dict[str, Any], biases: BlockBiases) -> None:
         super().__init__()
         eps = config.get("layer_norm_eps", 1e-12)
-        self.attention = GteAttention(config, biases)
+        self.attention = self.attention_cls(config, biases)
         self.attn_ln = nn.LayerNorm(config["hidden_size"], eps=eps)
         self.mlp = self.mlp_cls(config, biases)
         self.mlp_ln = nn.LayerNorm(config["hidden_size"], eps=eps)
@@ -258,11 +259,12 @@ class GteModel(WdeModel):
 
     weight_prefixes = WEIGHT_PREFIXES
     layer_cls: ClassVar[type[GteLayer]] = GteLayer  # the block (Jina v3's: a plain MLP)
+    embeddings_cls: ClassVar[type[GteEmbeddings]] = GteEmbeddings  # (Jina v3's: with LoRA task adapters)
 
     def __init__(self, config: dict[str, Any], add_pooler: bool = False) -> None:
         super().__init__(config)
         self.check_config(config)
-        self.embeddings = GteEmbeddings(config)
+        self.embeddings = self.embeddings_cls(config)
         self.encoder = GteEncoder(config, self.block_biases(config), self.layer_cls)
         self.pooler = BertPooler(config["hidden_size"]) if add_pooler else None
         self.rotary_emb = self.make_rotary(config, self.encoder.head_size)

@@ -4,11 +4,15 @@ of a position table, and five LoRA task adapters.
 GTE's blocks (``wde/models/gte.py``: packed qkv with biases -> RoPE -> attention, post-norm) with a plain
 MLP ``fc2(gelu(fc1(x)))``, RoPE over whole heads (base 20,000), one token type.
 
-The task adapter is chosen once, at load: ``default_task`` in config.json (sentence-transformers' name for
-it: ``model_kwargs={"default_task": ...}``), one of ``lora_adaptations``; its LoRA is merged into the weights
-(``W + lora_alpha / lora_rank * B @ A``). Without ``default_task`` no adapter applies, as the remote code
-and sentence-transformers do without a task. A request's ``prompt_name`` picks the task's instruction prompt,
-not its adapter (the engine's batch carries no per-request task to the model).
+The task adapter is chosen per request: the base weights stay unmerged and every task's LoRA is kept,
+stacked (``wde/layers/lora.py``); each token runs with its request's adapter, and one batch mixes tasks
+freely. A request's ``prompt_name`` names both its instruction prompt and its adapter when it is one of
+``lora_adaptations`` (the prompts of Jina v3's sentence-transformers config are named after the tasks:
+``encode(texts, task=t, prompt_name=t)`` there); else it runs with config.json's ``default_task``
+(sentence-transformers' ``model_kwargs={"default_task": ...}``), else with the base weights, as the remote
+code and sentence-transformers do without a task. A checkpoint without LoRA weights serves the base weights
+and refuses a request naming a task (``PoolingParams.verify``): which adapters a request may name is read
+from the model directory before load (``task_adapters``, into ``ModelConfig.task_adapters``).
 
 Two layouts, one set of parameters:
 
@@ -34,13 +38,27 @@ from typing import Any
 import torch
 from torch import nn
 
+from wde.config import NO_ADAPTER, TaskAdapters
 from wde.layers.activation import get_act_fn
-from wde.models.gte import BlockBiases, GteLayer, GteModel, GteRope, GteRotaryEmbedding, refuse_settings
+from wde.layers.forward_context import get_forward_context
+from wde.layers.lora import AdapterRows, EmbeddingLora, LinearLora, TokenAdapters
+from wde.layers.rotary import rotary_self_attention
+from wde.models.gte import (
+    BlockBiases,
+    GteAttention,
+    GteEmbeddings,
+    GteLayer,
+    GteModel,
+    GteRope,
+    GteRotaryEmbedding,
+    refuse_settings,
+)
+from wde.models.model_files import checkpoint_tensor_names, weight_files
 from wde.models.nomic_bert import FLASH_BLOCK_RENAMES
 from wde.models.weight_names import WeightTarget, load_weights_by_name, strip_prefix
 
 DEFAULT_ROPE_THETA = 20_000.0  # transformers' JinaEmbeddingsV3Config and the published rotary_emb_base
-WEIGHT_PREFIXES = ("roberta.",)
+WEIGHT_PREFIXES: tuple[str, ...] = ("roberta.",)
 # the fields that mark a config.json published for the remote code as Jina's, not a plain XLM-R
 JINA_MARKERS = ("lora_adaptations", "rotary_emb_base")
 # published names -> GTE's (gte.py then maps transformers' module names and fuses their q / k / v)
@@ -68,7 +86,7 @@ def standard_config(config: dict[str, Any]) -> dict[str, Any]:
 
 
 def served_task(config: dict[str, Any]) -> str | None:
-    """The task adapter wde merges: ``default_task`` (None: the base weights)."""
+    """The task adapter of a request that names none: ``default_task`` (None: the base weights)."""
     task = config.get("default_task")
     tasks = config.get("lora_adaptations") or []
     if task is not None and task not in tasks:
@@ -77,6 +95,33 @@ def served_task(config: dict[str, Any]) -> str | None:
             f"{tasks}; set default_task to one of them, or remove it to serve the base weights"
         )
     return task
+
+
+def task_adapters(config: dict[str, Any], tensor_names: Iterable[str]) -> TaskAdapters | None:
+    """The adapters a request can pick: ``lora_adaptations`` where the checkpoint (``tensor_names``) has
+    LoRA weights."""
+    task = served_task(config)
+    has_lora = any(_LORA.match(name) for name in tensor_names)
+    if task is not None and not has_lora:
+        raise ValueError(
+            f"config.json names default_task {task!r} but the checkpoint has no LoRA weights "
+            "(parametrizations...lora_A / lora_B); remove default_task to serve the base weights"
+        )
+    names = tuple(config.get("lora_adaptations") or ())
+    return TaskAdapters(names, task) if names and has_lora else None
+
+
+def tensor_names(model_path: str) -> list[str]:
+    """The checkpoint's tensor names: a safetensors header, else each ``pytorch_model*.bin`` memory-mapped
+    (its tensors are not read)."""
+    names = checkpoint_tensor_names(model_path)
+    if names is not None:
+        return names
+    return [
+        name
+        for path in weight_files(model_path)
+        for name in torch.load(str(path), map_location="cpu", weights_only=True, mmap=True)
+    ]
 
 
 def unsupported_settings(config: dict[str, Any]) -> list[str]:
@@ -96,9 +141,50 @@ def check_config(config: dict[str, Any]) -> None:
     served_task(config)
 
 
-# ---- layers ------------------------------------------------------------------------------------------------
+# ---- layers: each linear and embedding with its task adapters beside it (``<name>_lora``) ----------------
+class JinaEmbeddings(GteEmbeddings):
+    """Word (+ token type) embeddings, each plus its row's adapter delta -> LayerNorm."""
+
+    def __init__(self, config: dict[str, Any]) -> None:
+        super().__init__(config)
+        self.word_embeddings_lora = EmbeddingLora()
+        self.token_type_embeddings_lora = EmbeddingLora()
+
+    def forward(
+        self, input_ids: torch.Tensor, token_type_ids: torch.Tensor | None, rows: AdapterRows | None = None
+    ) -> torch.Tensor:
+        if rows is None:
+            return super().forward(input_ids, token_type_ids)
+        embeddings = self.word_embeddings_lora.add_to(self.word_embeddings(input_ids), input_ids, rows)
+        if self.token_type_embeddings is not None:
+            type_ids = torch.zeros_like(input_ids) if token_type_ids is None else token_type_ids
+            types = self.token_type_embeddings(type_ids)  # [num_tokens, hidden_size]
+            embeddings = embeddings + self.token_type_embeddings_lora.add_to(types, type_ids, rows)
+        return self.LayerNorm(embeddings)
+
+
+class JinaAttention(GteAttention):
+    """GTE's packed qkv -> RoPE -> attention -> output projection, both projections adapted."""
+
+    def __init__(self, config: dict[str, Any], biases: BlockBiases) -> None:
+        super().__init__(config, biases)
+        self.qkv_proj_lora = LinearLora()
+        self.o_proj_lora = LinearLora()
+
+    def forward(
+        self,
+        hidden_states: torch.Tensor,
+        cos: torch.Tensor,
+        sin: torch.Tensor,
+        rows: AdapterRows | None = None,
+    ) -> torch.Tensor:
+        qkv = self.qkv_proj_lora.add_to(self.qkv_proj(hidden_states), hidden_states, rows)
+        attn_out = rotary_self_attention(qkv, self.num_heads, self.head_size, cos, sin, self.attn)
+        return self.o_proj_lora.add_to(self.o_proj(attn_out), attn_out, rows)  # [num_tokens, hidden_size]
+
+
 class JinaMLP(nn.Module):
-    """``fc2(act(fc1(x)))`` (XLM-R's MLP under CLIP's names)."""
+    """``fc2(act(fc1(x)))`` (XLM-R's MLP under CLIP's names), both linears adapted."""
 
     def __init__(self, config: dict[str, Any], biases: BlockBiases) -> None:
         super().__init__()
@@ -106,28 +192,60 @@ class JinaMLP(nn.Module):
         self.fc1 = nn.Linear(hidden_size, intermediate_size)
         self.act = get_act_fn(config.get("hidden_act", "gelu"))
         self.fc2 = nn.Linear(intermediate_size, hidden_size, bias=biases.down)
+        self.fc1_lora = LinearLora()
+        self.fc2_lora = LinearLora()
 
-    def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
-        return self.fc2(self.act(self.fc1(hidden_states)))  # [num_tokens, hidden_size]
+    def forward(self, hidden_states: torch.Tensor, rows: AdapterRows | None = None) -> torch.Tensor:
+        up = self.fc1_lora.add_to(self.fc1(hidden_states), hidden_states, rows)  # [num_tokens, intermediate]
+        up = self.act(up)
+        return self.fc2_lora.add_to(self.fc2(up), up, rows)  # [num_tokens, hidden_size]
 
 
 class JinaLayer(GteLayer):
-    """GTE's post-norm block with the plain MLP."""
+    """GTE's post-norm block with the plain MLP, every linear adapted per row."""
 
     mlp_cls = JinaMLP
+    attention_cls = JinaAttention
+    attention: JinaAttention
+    mlp: JinaMLP
+
+    def forward(
+        self,
+        hidden_states: torch.Tensor,
+        cos: torch.Tensor,
+        sin: torch.Tensor,
+        rows: AdapterRows | None = None,
+    ) -> torch.Tensor:
+        hidden_states = self.attn_ln(hidden_states + self.attention(hidden_states, cos, sin, rows))
+        return self.mlp_block(hidden_states, rows)
+
+    def mlp_block(self, hidden_states: torch.Tensor, rows: AdapterRows | None = None) -> torch.Tensor:
+        """MLP -> residual add -> LayerNorm (what ``compile_blocks`` compiles; ``rows`` guarded by dynamo)."""
+        return self.mlp_ln(hidden_states + self.mlp(hidden_states, rows))
 
 
 # ---- model -------------------------------------------------------------------------------------------------
 class JinaEmbeddingsV3Model(GteModel):
-    """Embeddings + layers (the served task's adapter merged); returns the last hidden state
+    """Embeddings + layers, each token with its request's task adapter; returns the last hidden state
     ``[num_tokens, hidden_size]`` (mean pooling and normalize, as the sentence-transformers config says)."""
 
     weight_prefixes = WEIGHT_PREFIXES
     layer_cls = JinaLayer
+    embeddings_cls = JinaEmbeddings
+    embeddings: JinaEmbeddings
+
+    def __init__(self, config: dict[str, Any], add_pooler: bool = False) -> None:
+        super().__init__(config, add_pooler)
+        self.num_adapters = 0  # the checkpoint's, set by load_weights (0: the base weights for every token)
+        self.default_adapter = NO_ADAPTER  # a token's adapter when the batch names none (default_task's)
 
     @classmethod
     def standard_config(cls, hf_config: dict[str, Any]) -> dict[str, Any]:
         return standard_config(hf_config)
+
+    @classmethod
+    def task_adapters(cls, hf_config: dict[str, Any], model_path: str) -> TaskAdapters | None:
+        return task_adapters(hf_config, tensor_names(model_path))
 
     def check_config(self, config: dict[str, Any]) -> None:
         check_config(config)
@@ -139,6 +257,19 @@ class JinaEmbeddingsV3Model(GteModel):
         theta = (config.get("rope_parameters") or {}).get("rope_theta", DEFAULT_ROPE_THETA)
         return GteRotaryEmbedding(head_size, GteRope(float(theta)))
 
+    def forward(
+        self, input_ids: torch.Tensor, positions: torch.Tensor, token_type_ids: torch.Tensor | None = None
+    ) -> torch.Tensor:
+        # each token's adapter (the batch's, else default_task's), read by every adapted layer
+        tokens = get_forward_context().adapters or TokenAdapters(single=self.default_adapter)
+        rows = AdapterRows.of(tokens, self.num_adapters, self.embeddings.word_embeddings.weight.dtype)
+        hidden_states = self.embeddings(input_ids, token_type_ids, rows)  # [num_tokens, hidden_size]
+        # cos, sin [num_tokens, 1, head_size]: once per forward, shared by every layer
+        cos, sin = self.rotary_emb.cos_sin(positions, hidden_states.dtype)
+        for layer in self.encoder.layer:
+            hidden_states = layer(hidden_states, cos, sin, rows)
+        return hidden_states
+
     def weight_target(self, name: str) -> WeightTarget:
         """A checkpoint name of any layout (prefix stripped) -> our parameter and its rows."""
         name = strip_prefix(name, self.weight_prefixes)
@@ -149,9 +280,7 @@ class JinaEmbeddingsV3Model(GteModel):
     def load_weights(self, weights: Iterable[tuple[str, torch.Tensor]]) -> set[str]:
         lora: dict[str, dict[str, torch.Tensor]] = {}  # our parameter -> {"A": ..., "B": ...}
         loaded = load_weights_by_name(self, self._without_lora(weights, lora), self.weight_target)
-        task = served_task(self.config)
-        if task is not None:
-            self._merge_adapter(lora, self.config["lora_adaptations"].index(task), task)
+        self._set_adapters(lora)
         return loaded
 
     def _without_lora(
@@ -168,25 +297,36 @@ class JinaEmbeddingsV3Model(GteModel):
                 raise ValueError(f"Jina v3 LoRA tensor {name} adapts part of {target}, which wde cannot map")
             lora.setdefault(target, {})[match[2]] = tensor
 
-    @torch.no_grad()
-    def _merge_adapter(self, lora: dict[str, dict[str, torch.Tensor]], index: int, task: str) -> None:
-        """``W += lora_alpha / lora_rank * delta`` for every adapted parameter, task ``index``'s delta."""
-        if not lora:
-            raise ValueError(
-                f"config.json names default_task {task!r} but the checkpoint has no LoRA weights "
-                "(parametrizations...lora_A / lora_B); remove default_task to serve the base weights"
-            )
+    def _set_adapters(self, lora: dict[str, dict[str, torch.Tensor]]) -> None:
+        """Every task's A and B beside the layer they adapt (``<layer>_lora``), B scaled by
+        ``lora_alpha / lora_rank``; the adapter of a batch that names none: ``default_task``'s."""
+        names = self.config.get("lora_adaptations") or []
+        task = served_task(self.config)
+        if not lora or not names:
+            if task is not None:  # task_adapters() refuses it before load
+                raise ValueError(
+                    f"config.json names default_task {task!r} but the checkpoint has no LoRA weights "
+                    "(parametrizations...lora_A / lora_B); remove default_task to serve the base weights"
+                )
+            return  # the base weights for every token
         params = dict(self.named_parameters())
         rank = int(self.config.get("lora_rank", 4))
         scaling = float(self.config.get("lora_alpha", 1.0)) / rank
         for name, pair in lora.items():
-            if name not in params or set(pair) != {"A", "B"}:
+            if name not in params:
+                continue  # a layer wde does not build (the pooler), as its weight
+            layer_name = name.rsplit(".", 1)[0]
+            adapters = self.get_submodule(f"{layer_name}_lora") if name.endswith(".weight") else None
+            if not isinstance(adapters, (LinearLora, EmbeddingLora)) or set(pair) != {"A", "B"}:
                 raise ValueError(
                     f"Jina v3 checkpoint has LoRA {sorted(pair)} for {name}, which needs both A and B of a "
                     "linear or embedding of the model; is the checkpoint complete?"
                 )
-            param, lora_a, lora_b = params[name], pair["A"][index], pair["B"][index]
-            module = self.get_submodule(name.rsplit(".", 1)[0])
-            # a linear's A [rank, fan_in], B [fan_out, rank]; an embedding's A [num_rows, rank], B [rank, dim]
-            delta = lora_a @ lora_b if isinstance(module, nn.Embedding) else lora_b @ lora_a
-            param.add_(delta.to(param) * scaling)
+            if pair["A"].shape[0] != len(names):
+                raise ValueError(
+                    f"Jina v3 LoRA of {name} stacks {pair['A'].shape[0]} tasks, but config.json's "
+                    f"lora_adaptations names {len(names)}: {names}; does config.json match the weights?"
+                )
+            adapters.set_adapters(pair["A"], pair["B"], scaling, params[name])
+        self.num_adapters = len(names)
+        self.default_adapter = NO_ADAPTER if task is None else names.index(task)
