@@ -112,6 +112,13 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--server-requests", type=int, default=None, help="per load (default 2048; smoke 16)")
     parser.add_argument("--no-server", action="store_true", help="skip the HTTP server part")
+    parser.add_argument(
+        "--api-workers",
+        type=int,
+        nargs="+",
+        default=None,
+        help="wde serve --api-workers for the HTTP rows, a server each (default: 1 4 8 on CUDA, 1 2 on CPU)",
+    )
     parser.add_argument("--budget-s", type=float, default=330.0, help="rows past this many seconds skip")
     parser.add_argument("--out", default=None, help="also write the markdown report to this file")
     return parser
@@ -123,6 +130,7 @@ def apply_defaults(args: argparse.Namespace) -> None:
     args.dtypes = args.dtypes or (["float16", "bfloat16"] if args.device == "cuda" else ["float32"])
     args.models = args.models or (["minilm", "tiny"] if args.smoke else ["minilm", "base", "large"])
     args.server_requests = args.server_requests or (16 if args.smoke else 2048)
+    args.api_workers = args.api_workers or ([1, 4, 8] if args.device == "cuda" else [1, 2])
     if args.minilm is None:
         from wde.engine_args import default_model_path
 
@@ -382,26 +390,32 @@ def server_lines(queries: list[str], args: argparse.Namespace, budget: Budget) -
     lines += [
         f"in-process LLM.encode: {texts_per_s:,.0f} texts/s (queries.jsonl)",
         "",
-        "| texts per request | concurrency | requests | requests/s | texts/s | p50 ms | p99 ms | errors "
-        "| vs in-process |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "| API workers | texts per request | concurrency | requests | requests/s | texts/s | p50 ms | p99 ms "
+        "| errors | vs in-process |",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
     loads = [(1, concurrency, singles) for concurrency in SERVER_CONCURRENCIES]
     loads.append((TEXTS_PER_BATCHED_REQUEST, SERVER_CONCURRENCIES[0], batches))
-    with served(args.minilm, dtype, ["--device", args.device]) as url:
-        drive_in_processes(url, singles[:WARMUP_REQUESTS], SERVER_CONCURRENCIES[0], 1)  # warm-up
-        for per_request, concurrency, items in loads:
-            if budget.spent():
-                lines.append(f"| {per_request} | {concurrency} | {budget.skip_note()} |")
-                continue
-            result = drive_in_processes(url, items, concurrency, num_processes)
-            served_texts_per_s = result.requests_per_s * per_request
-            lines.append(
-                f"| {per_request} | {concurrency} | {result.num_requests} | {result.requests_per_s:,.0f} "
-                f"| {served_texts_per_s:,.0f} | {result.percentile_ms(50):.1f} "
-                f"| {result.percentile_ms(99):.1f} | {result.num_errors} "
-                f"| {served_texts_per_s / texts_per_s:.0%} |"
-            )
+    for num_workers in args.api_workers:
+        if budget.spent():
+            lines.append(f"| {num_workers} | {budget.skip_note()} |")
+            continue
+        serve_args = ["--device", args.device, "--api-workers", str(num_workers)]
+        with served(args.minilm, dtype, serve_args) as url:
+            drive_in_processes(url, singles[:WARMUP_REQUESTS], SERVER_CONCURRENCIES[0], 1)  # warm-up
+            for per_request, concurrency, items in loads:
+                if budget.spent():
+                    lines.append(f"| {num_workers} | {per_request} | {concurrency} | {budget.skip_note()} |")
+                    continue
+                result = drive_in_processes(url, items, concurrency, num_processes)
+                served_texts_per_s = result.requests_per_s * per_request
+                lines.append(
+                    f"| {num_workers} | {per_request} | {concurrency} | {result.num_requests} "
+                    f"| {result.requests_per_s:,.0f} | {served_texts_per_s:,.0f} "
+                    f"| {result.percentile_ms(50):.1f} | {result.percentile_ms(99):.1f} "
+                    f"| {result.num_errors} "
+                    f"| {served_texts_per_s / texts_per_s:.0%} |"
+                )
     return [*lines, ""]
 
 

@@ -31,6 +31,7 @@ import wde
 from server.app_state import AppState
 from server.batches.service import BatchService
 from server.direct_routes import DirectRoutes
+from server.engine_link.in_flight import InFlightSlots
 from server.errors import install_error_handlers
 from server.middleware.request_pipeline import RequestPipeline
 from server.model_registry import ModelRegistry
@@ -118,16 +119,20 @@ def create_app(
     models: AsyncLLMEngine | ModelRegistry,
     settings: ServerSettings | None = None,
     tracing: Tracing | None = None,
+    *,
+    metrics: Any = None,
+    in_flight_slots: InFlightSlots | None = None,
 ) -> FastAPI:
     """The app over one engine or a ``ModelRegistry``; its lifespan starts the engines (those not started)
     and drains them on shutdown. ``tracing``: OpenTelemetry spans through this tracer (default: as ``--otel``
-    and the ``OTEL_*`` environment say, ``server/tracing.py``)."""
+    and the ``OTEL_*`` environment say, ``server/tracing.py``). An API worker of ``--api-workers N`` passes
+    its ``metrics`` (forwarded to the engine process) and the workers' shared ``in_flight_slots``."""
     # 1. shared state, metrics and tracing
     settings = (settings or ServerSettings()).with_api_key_file()
     settings.verify()
     if isinstance(models, AsyncLLMEngine):
         models = ModelRegistry.of_engine(models, strict_names=settings.strict_model_name)
-    state = AppState(models, settings)
+    state = AppState(models, settings, metrics=metrics, in_flight_slots=in_flight_slots)
     tracing = tracing or Tracing.from_settings(settings.otel)
     if tracing is not None:
         models.add_engine_hook(lambda model, engine: engine.observe_calls(record_call))

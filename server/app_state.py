@@ -10,6 +10,7 @@ from typing import Any
 
 from starlette.requests import HTTPConnection
 
+from server.engine_link.in_flight import InFlightSlots
 from server.errors import TooManyInputsError
 from server.metrics import ServerMetrics
 from server.model_registry import ModelRegistry, ServedModel
@@ -23,7 +24,10 @@ logger = logging.getLogger("wde.server")
 class AppState:
     models: ModelRegistry
     settings: ServerSettings
-    metrics: ServerMetrics = field(init=False)
+    # the app's metrics (default: its own ServerMetrics; an API worker's forward to the engine process)
+    metrics: Any = None
+    # --api-workers N: every worker's admitted requests, so that admission bounds the server as a whole
+    in_flight_slots: InFlightSlots | None = None
     created: int = field(default_factory=lambda: int(time.time()))
     draining: bool = False  # set on SIGTERM / SIGINT: new requests get 503, in-flight ones finish
     num_in_flight: int = 0  # admitted requests (only touched on the event loop)
@@ -33,8 +37,27 @@ class AppState:
     listening: list[tuple[AsyncLLMEngine, Any]] = field(default_factory=list)
 
     def __post_init__(self) -> None:
-        self.metrics = ServerMetrics(self.models, lambda: self.num_in_flight)
+        if self.metrics is None:
+            self.metrics = ServerMetrics(self.models, lambda: self.num_in_flight)
         self.models.add_engine_hook(self._listen)
+
+    # ---- admission (RequestPipeline) ------------------------------------------------------------------
+    def try_admit(self) -> bool:
+        """Count one more request in flight, unless --max-concurrent-requests are (False: answer 429)."""
+        num_in_flight = self.num_in_flight
+        if self.in_flight_slots is not None:
+            num_in_flight += self.in_flight_slots.others()
+        if num_in_flight >= self.settings.max_concurrent_requests:
+            return False
+        self.num_in_flight += 1
+        if self.in_flight_slots is not None:
+            self.in_flight_slots.set(self.num_in_flight)
+        return True
+
+    def release(self) -> None:
+        self.num_in_flight -= 1
+        if self.in_flight_slots is not None:
+            self.in_flight_slots.set(self.num_in_flight)
 
     def begin_drain(self) -> None:
         self.draining = True

@@ -230,6 +230,10 @@ def serve(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
         return _startup_error(str(e))
     # 2. the HTTP server (FastAPI and uvicorn imported only now): binds the port, then loads the model
     if args.ray:  # each replica builds its models' configs once, on its own machine (its device)
+        if settings.api_workers not in ("auto", 1):
+            return _startup_error(
+                "--api-workers > 1 and --ray: Ray Serve scales with replicas; drop one flag"
+            )
         try:
             from server.app import build_app
             from server.ray_serve.deployment import serve_on_ray
@@ -239,11 +243,21 @@ def serve(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
         return serve_on_ray(args, functools.partial(build_app, engine_args, settings))
     try:
         from server.draining_server import serve as serve_http
+        from server.engine_link.supervisor import check_workers_fit, choose_api_workers, serve_with_workers
         from server.listener import StartupError
     except ImportError as e:
         return _startup_error(f"{e}; the server needs its extra: pip install 'wde[server]'")
+    # 3. one process, or API workers in front of an engine process (--api-workers)
+    num_workers, why = choose_api_workers(settings.api_workers, served)
     try:
-        return serve_http(served, settings, args.host, args.port, args.graceful_timeout, args.log_level)
+        if num_workers == 1:
+            return serve_http(
+                served, settings, args.host, args.port, args.graceful_timeout, args.log_level, why
+            )
+        check_workers_fit(settings, len(served), ray=False)
+        return serve_with_workers(
+            served, settings, args.host, args.port, args.graceful_timeout, args.log_level, num_workers, why
+        )
     except StartupError as e:
         return _startup_error(str(e))
 

@@ -72,6 +72,7 @@ def serve(
     port: int,
     graceful_timeout: float,
     log_level: str,
+    api_workers_reason: str = "--api-workers 1",
 ) -> int:
     """Serve the models of ``served`` (each one's EngineArgs and the config built from them, once: the
     engines are made from it) until a signal (exit 0) or a model that failed to load at start-up (exit 1);
@@ -113,9 +114,11 @@ def serve(
 
     models.add_engine_hook(watch)
     logger.info(
-        "listening on %s; loading %s (GET /health answers 503 until the ready line)",
+        "listening on %s; loading %s (GET /health answers 503 until the ready line); one process for HTTP "
+        "and the engine (%s)",
         url_of(sock),
         ", ".join(args.model or "the bundled model" for args in all_engine_args),
+        api_workers_reason,
     )
     models.start()
     # 3. one "ready" line per model once its engine is up; stop the server if one cannot load
@@ -128,7 +131,7 @@ def serve(
             daemon=True,
         ).start()
     # 4. uvicorn on the bound socket, with signals drained gracefully
-    _exit_zero_on_signal()
+    exit_zero_on_signal()
     server.run(sockets=[sock])
     if not server.started:  # the app's lifespan failed (it stopped the engines): one line, exit 2
         raise StartupError(app.state.startup_error or "the server did not start (--log-level debug says why)")
@@ -152,6 +155,11 @@ def _report_engine(
         return
     if not engine.is_ready:  # stopped while loading
         return
+    log_ready(engine, settings, url)
+
+
+def log_ready(engine: AsyncLLMEngine, settings: ServerSettings, url: str) -> None:
+    """The one "ready" line of a loaded model (a single-process server's, or the engine process's)."""
     engine_config = engine.info.engine_config
     model_config = engine_config.model_config
     scheduler_config = engine_config.scheduler_config
@@ -177,7 +185,7 @@ def _report_engine(
     )
 
 
-def _exit_zero_on_signal() -> None:
+def exit_zero_on_signal() -> None:
     """uvicorn re-raises the signal it drained on, to the handler it found installed; make that handler
     end the process with status 0 (the drain was graceful). A signal before uvicorn starts exits 0 too."""
 

@@ -145,6 +145,10 @@ class ServerMetrics:
     def render(self) -> bytes:
         return generate_latest(self.registry)
 
+    async def render_async(self) -> bytes:
+        """What GET /metrics answers (an API worker's metrics ask the engine process instead)."""
+        return self.render()
+
 
 class ModelStatsListener:
     """One engine's ``StatsListener`` (engine thread): its steps and outputs, under its model's label."""

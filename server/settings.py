@@ -39,6 +39,12 @@ class ServerSettings:
         DEFAULT_MAX_TOKENIZE_TOKENS,
         help="tokens one /tokenize request answers, its inputs together (~70 bytes of JSON each); more: 422",
     )
+    api_workers: int | str = flag(
+        "auto",
+        help="HTTP processes (parsing, validation, JSON) in front of one engine process that holds the "
+        "model; auto: 1 on a machine of 2 cores or fewer, on a GPU half the cores (at most 8), else a "
+        "quarter (at most 4). 1: one process does everything",
+    )
     max_concurrent_requests: int = flag(
         DEFAULT_MAX_CONCURRENT_REQUESTS, help="requests in flight; more are answered 429 at once"
     )
@@ -112,6 +118,12 @@ class ServerSettings:
         return [f.name for f in fields(cls)]
 
     def verify(self) -> None:
+        if self.api_workers != "auto" and (
+            isinstance(self.api_workers, bool)
+            or not isinstance(self.api_workers, int)
+            or self.api_workers < 1
+        ):
+            raise ValueError(f"--api-workers must be auto or an integer >= 1, got {self.api_workers!r}")
         for name in (
             "payload_limit",
             "max_client_batch_size",

@@ -307,18 +307,17 @@ class RequestPipeline:
             await self._app(scope, receive, exchange)
             return
         state, settings = self.state, self.settings
-        if state.num_in_flight >= settings.max_concurrent_requests:
+        if not state.try_admit():
             error = OverloadedError(
                 f"{settings.max_concurrent_requests} requests are in flight (--max-concurrent-requests); "
                 f"retry after {settings.retry_after_seconds} s"
             )
             await error_response(error, path, settings.retry_after_seconds)(scope, receive, exchange.send_app)
             return
-        state.num_in_flight += 1
         try:
             await self._app(scope, receive, exchange)
         finally:
-            state.num_in_flight -= 1
+            state.release()
 
     async def _app(self, scope: Scope, receive: Receive, exchange: Exchange) -> None:
         if exchange.head:

@@ -13,4 +13,4 @@ router = APIRouter(tags=["Monitoring"])
 @router.get("/metrics", response_class=Response)
 async def metrics(request: Request) -> Response:
     server_metrics = get_state(request).metrics
-    return Response(server_metrics.render(), media_type=server_metrics.content_type)
+    return Response(await server_metrics.render_async(), media_type=server_metrics.content_type)

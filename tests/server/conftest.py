@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import os
 import socket
 import threading
 import time
@@ -19,6 +20,7 @@ import uvicorn
 
 from server.app import create_app
 from server.app_state import AppState
+from server.engine_link.linked_metrics import LinkedMetrics
 from server.settings import ServerSettings
 from server.uvicorn_options import uvicorn_options
 from wde import EngineArgs
@@ -29,8 +31,20 @@ LONG_TEXT = "word " * 300  # 256 tokens after truncation: a full-length input
 TOLERANCE = 1e-5
 
 
-@pytest.fixture(scope="session")
-def async_engine() -> AsyncLLMEngine:
+# "local": the engine on a thread of this process (`wde serve --api-workers 1`); "linked": the engine in an
+# engine process and this process an API worker over it (`--api-workers 2` and more). The default suite runs
+# the server suites over both; WDE_TEST_ENGINES=local (or linked) runs one.
+ENGINE_MODES = tuple(os.environ.get("WDE_TEST_ENGINES", "local,linked").split(","))
+
+
+@pytest.fixture(scope="session", params=ENGINE_MODES)
+def async_engine(request: pytest.FixtureRequest) -> Iterator[AsyncLLMEngine]:
+    if request.param == "linked":
+        from tests.server.linked_engine import engine_process_over
+
+        with engine_process_over([EngineArgs()]) as (_, (engine,)):
+            yield engine
+        return
     engine = AsyncLLMEngine(EngineArgs())
     engine.start()
     engine.wait_until_ready(timeout=120)
@@ -56,12 +70,21 @@ def anyio_backend() -> str:
     return "asyncio"
 
 
+def app_over(engine: AsyncLLMEngine, settings: ServerSettings) -> Any:
+    """A fresh app over ``engine``; over a linked engine, an API worker's app (its metrics are the engine
+    process's: one registry for the session, so tests compare counts before and after)."""
+    from tests.server.linked_engine import link_of
+
+    link = link_of(engine)
+    return create_app(engine, settings, metrics=None if link is None else LinkedMetrics(link))
+
+
 @asynccontextmanager
 async def asgi_client(
     engine: AsyncLLMEngine, **settings: Any
 ) -> AsyncIterator[tuple[httpx.AsyncClient, AppState]]:
     """An httpx client on a fresh app over ``engine`` (no lifespan: the engine is the caller's)."""
-    app = create_app(engine, ServerSettings(**settings))
+    app = app_over(engine, ServerSettings(**settings))
     state: AppState = app.state.wde
     transport = httpx.ASGITransport(app=app)
     try:
@@ -114,7 +137,7 @@ def live_uvicorn(
     engine: AsyncLLMEngine, settings: ServerSettings, timeout: float = 60.0
 ) -> Iterator[LiveServer]:
     """A real uvicorn on 127.0.0.1 (random free port, in a thread) over ``engine``, which outlives it."""
-    app = create_app(engine, settings)
+    app = app_over(engine, settings)
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.bind(("127.0.0.1", 0))
     port = sock.getsockname()[1]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+from typing import Any
 
 import numpy as np
 import pytest
@@ -305,20 +306,43 @@ async def test_over_max_concurrent_requests_is_429_at_once(async_engine: AsyncLL
 
 async def test_cancelled_request_is_aborted_in_the_engine(async_engine: AsyncLLMEngine) -> None:
     async with asgi_client(async_engine) as (client, state):
-        aborted_before = state.metrics.aborted.labels(state.served_model_name)._value.get()
+        aborted_before = await metric_total(client, "wde_engine_aborted_requests_total")
         request = asyncio.create_task(client.post("/embed", json={"inputs": [LONG_TEXT] * 64}))
         await wait_for(lambda: async_engine.num_waiting >= 32, what="requests queued in the engine")
         request.cancel()
         with pytest.raises(asyncio.CancelledError):
             await request
         await wait_for(lambda: async_engine.num_unfinished == 0, what="the engine to be empty")
-        assert state.metrics.aborted.labels(state.served_model_name)._value.get() > aborted_before
+        assert await metric_total(client, "wde_engine_aborted_requests_total") > aborted_before
         assert state.num_in_flight == 0
+
+
+def http_counts(text: str) -> dict[tuple[str, str, str], float]:
+    """wde_http_requests_total by (model, route, status) (the apps of a linked engine share one registry:
+    tests count what they add)."""
+    return {
+        (sample.labels["model"], sample.labels["route"], sample.labels["status"]): sample.value
+        for family in text_string_to_metric_families(text)
+        for sample in family.samples
+        if sample.name == "wde_http_requests_total"
+    }
+
+
+async def metric_total(client: Any, sample_name: str) -> float:
+    """The sum of a /metrics sample over its labels."""
+    text = (await client.get("/metrics")).text
+    return sum(
+        sample.value
+        for family in text_string_to_metric_families(text)
+        for sample in family.samples
+        if sample.name == sample_name
+    )
 
 
 # ---- /metrics --------------------------------------------------------------------------------------
 async def test_metrics_parse_and_count(async_engine: AsyncLLMEngine) -> None:
     async with asgi_client(async_engine) as (client, _):
+        before = http_counts((await client.get("/metrics")).text)
         await client.post("/embed", json={"inputs": TEXTS})
         await client.post("/embed", json={"inputs": []})
         await client.get("/nothing/here")
@@ -339,11 +363,8 @@ async def test_metrics_parse_and_count(async_engine: AsyncLLMEngine) -> None:
         "wde_request_inference_duration_seconds",
     ):
         assert name in families, name
-    counts = {
-        (s.labels["model"], s.labels["route"], s.labels["status"]): s.value
-        for s in families["wde_http_requests"].samples
-        if s.name == "wde_http_requests_total"
-    }
+    after = http_counts(response.text)
+    counts = {key: value - before.get(key, 0.0) for key, value in after.items()}
     # the model label: the served name a request reached, "" for one refused before its handler ran
     assert counts[(model, "/embed", "200")] == 1 and counts[("", "/embed", "400")] == 1
     assert counts[("", "unmatched", "404")] == 1

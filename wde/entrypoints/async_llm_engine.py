@@ -61,20 +61,26 @@ class AsyncLLMEngine:
         build_engine: Callable[[], LLMEngine] | None = None,
         *,
         engine_config: EngineConfig | None = None,
+        thread: EngineThread | None = None,
     ) -> None:
         """``build_engine`` makes the LLMEngine on the engine thread (default: from ``engine_config``, the
         config already built from ``engine_args`` (``wde serve`` builds each once), else from
-        ``engine_args``)."""
+        ``engine_args``). ``thread``: the engine's thread when it lives elsewhere (an API worker's
+        ``RemoteEngineThread``: the engine runs in the engine process; needs ``engine_config``)."""
         self.engine_args = engine_args
         if build_engine is None and engine_config is not None:
             build_engine = functools.partial(LLMEngine.from_engine_config, engine_config)
         self._build = build_engine or functools.partial(LLMEngine.from_engine_args, engine_args)
-        self._thread = EngineThread(self._build_engine)
+        self._thread = thread or EngineThread(self._build_engine)
         self._call_counter = itertools.count()
         self._call_observer: CallObserver | None = None  # tracing: sees each submission's outputs
         # engine_args.cache_size > 0: identical inputs run once, earlier results come from the cache (set as
         # the engine is built: it keys by the model's config)
         self.result_reuse: ResultReuse | None = None
+        if thread is not None and engine_args.cache_size:
+            if engine_config is None:
+                raise ValueError("an AsyncLLMEngine over another process's engine needs its engine_config")
+            self.result_reuse = ResultReuse(engine_config.model_config, engine_args.cache_size)
         self.calibration = Calibration.from_file(engine_args.calibration_file)  # int8 / uint8 output ranges
         self._chunker_instance: Chunker | None = None
         # calls made during the current event loop iteration, handed to the engine thread together at its
@@ -133,6 +139,16 @@ class AsyncLLMEngine:
         if self._chunker_instance is None:
             self._chunker_instance = Chunker(info.tokenizer, info.model_config)
         return self._chunker_instance
+
+    # ---- calls made elsewhere (the engine process of ``wde serve --api-workers``) ---------------------
+    def submit_calls(self, calls: Sequence[Call]) -> None:
+        """Queue calls built by the caller (their futures on the caller's loop) as one command; raises
+        ``EngineUnavailableError`` when the engine takes no work now."""
+        self._thread.add_many(calls)
+
+    def abort_requests(self, request_ids: list[str]) -> None:
+        """Abort requests of a submitted call (never raises)."""
+        self._thread.abort(request_ids)
 
     # ---- observation (metrics, tracing) -------------------------------------------------------------
     def observe_calls(self, observer: CallObserver | None) -> None:

@@ -1,0 +1,102 @@
+"""An API worker of ``wde serve --api-workers N``: the whole HTTP app (routes, validation, JSON, the
+result cache, tokenization for /tokenize and rerank's per-document cut) on the listening socket the parent
+shares, over ``AsyncLLMEngine``s whose engine runs in the engine process (``RemoteEngineThread``).
+
+It drains on SIGTERM as a single-process server does (``DrainingServer``) and exits 1 when the engine
+process dies (``EngineMonitor``), so that the parent stops the others and reports it.
+"""
+
+from __future__ import annotations
+
+import signal
+import socket
+import sys
+from collections.abc import Sequence
+from multiprocessing.connection import Connection
+from types import FrameType
+
+import uvicorn
+
+from server.access_log import skip_unused_record_fields
+from server.app import create_app
+from server.draining_server import DrainingServer, exit_zero_on_signal
+from server.engine_link.client import EngineLink
+from server.engine_link.in_flight import InFlightSlots
+from server.engine_link.linked_metrics import LinkedMetrics
+from server.engine_monitor import EngineMonitor
+from server.log_setup import configure_logging
+from server.memory_release import limit_malloc_arenas
+from server.model_registry import ModelRegistry, ServedModel
+from server.settings import ServerSettings
+from server.uvicorn_options import uvicorn_options
+from wde.config import EngineConfig
+from wde.engine_args import EngineArgs
+from wde.entrypoints.async_llm_engine import AsyncLLMEngine
+
+
+class WorkerServer(DrainingServer):
+    """Drains on SIGTERM only: the parent gets the terminal's SIGINT (sent to the whole process group) and
+    passes it on as one SIGTERM, so that a second signal cannot cut the drain short."""
+
+    def handle_exit(self, sig: int, frame: FrameType | None) -> None:
+        if sig != signal.SIGINT:
+            super().handle_exit(sig, frame)
+
+
+def main(
+    index: int,
+    name: str,
+    sock: socket.socket,
+    served: Sequence[tuple[EngineArgs, EngineConfig]],
+    settings: ServerSettings,
+    ipc_dir: str,
+    log_level: str,
+    graceful_timeout: float,
+    slots: InFlightSlots,
+    engine_alive: Connection,
+) -> None:
+    """The worker's entry point (``multiprocessing`` spawn target); exits 0 after a drain, 1 when the
+    engine process died."""
+    # 1. the process as `wde serve` sets it up
+    limit_malloc_arenas()
+    configure_logging(log_level)
+    skip_unused_record_fields()
+    slots.index = index
+    # 2. the models, each engine a remote one
+    link = EngineLink(name, ipc_dir, engine_alive)
+    index_of = {id(engine_args): model_index for model_index, (engine_args, _) in enumerate(served)}
+
+    def make_engine(engine_args: EngineArgs) -> AsyncLLMEngine:
+        model_index = index_of[id(engine_args)]
+        engine_config = served[model_index][1]
+        thread = link.thread_for(model_index, engine_config)
+        return AsyncLLMEngine(engine_args, engine_config=engine_config, thread=thread)  # type: ignore[arg-type]
+
+    models = ModelRegistry(
+        [ServedModel(engine_args, config=engine_config) for engine_args, engine_config in served],
+        make_engine=make_engine,
+        strict_names=settings.strict_model_name,
+    )
+    # 3. the app and uvicorn on the shared socket
+    app = create_app(models, settings, metrics=LinkedMetrics(link), in_flight_slots=slots)
+    config = uvicorn.Config(
+        app,
+        log_level=log_level,
+        timeout_graceful_shutdown=graceful_timeout,  # type: ignore[arg-type]
+        access_log=False,
+        log_config=None,
+        **uvicorn_options(settings),
+    )
+    server = WorkerServer(config, app.state.wde)
+    monitors: list[EngineMonitor] = []
+
+    def watch(model: ServedModel, engine: AsyncLLMEngine) -> None:
+        monitor = EngineMonitor(engine, server, settings.exit_on_engine_failure, settings.max_batch_seconds)
+        monitors.append(monitor)
+        monitor.start()
+
+    models.add_engine_hook(watch)
+    exit_zero_on_signal()
+    server.run(sockets=[sock])
+    link.close()
+    sys.exit(1 if any(monitor.stopped_server.is_set() for monitor in monitors) else 0)

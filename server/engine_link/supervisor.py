@@ -1,0 +1,260 @@
+"""``serve_with_workers``: ``wde serve --api-workers N``: one engine process, N API workers, this process
+watching them.
+
+    parent (this)  binds the port, starts the processes, forwards SIGTERM / SIGINT, restarts a dead worker
+      ├─ engine process   the models and the device (server/engine_link/engine_process.py)
+      └─ API worker × N   uvicorn + the app on the shared socket (server/engine_link/api_worker.py)
+
+Shutdown keeps the single-process promises: the workers drain first (no new connections, every admitted
+request answered within --graceful-timeout), then the engine process finishes whatever it still holds and
+the parent exits 0. An engine process that dies (or fails to load a model) ends the server with exit 1 and
+one line; a worker that dies is replaced, and the other workers' requests never notice.
+"""
+
+from __future__ import annotations
+
+import logging
+import multiprocessing
+import os
+import shutil
+import signal
+import tempfile
+import time
+from collections.abc import Sequence
+from multiprocessing.connection import wait
+from types import FrameType
+from typing import Any
+
+from server.engine_link import api_worker, engine_process
+from server.engine_link.in_flight import InFlightSlots
+from server.listener import StartupError, bind_listener, url_of
+from server.model_registry import ModelRegistry
+from server.settings import ServerSettings
+from wde.config import EngineConfig
+from wde.engine_args import EngineArgs
+
+logger = logging.getLogger("wde.server")
+
+MAX_RESTARTS = 5  # worker restarts within RESTART_WINDOW seconds before the server gives up (exit 1)
+RESTART_WINDOW = 60.0
+ENGINE_STOP_SECONDS = 60.0  # the engine's own drain after the workers', before it is killed
+
+
+def choose_api_workers(
+    setting: int | str, served: Sequence[tuple[EngineArgs, EngineConfig]]
+) -> tuple[int, str]:
+    """(workers, why) for --api-workers: the number given, or auto's choice from the cores and device."""
+    if setting != "auto":
+        return int(setting), "--api-workers"
+    num_cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    on_gpu = any(config.device_config.device.startswith("cuda") for _, config in served)
+    if num_cores <= 2:
+        return 1, f"auto: {num_cores} cores (the engine needs them; HTTP stays in its process)"
+    if on_gpu:
+        return min(8, num_cores // 2), f"auto: half of {num_cores} cores on a GPU machine, at most 8"
+    return max(1, min(4, num_cores // 4)), f"auto: a quarter of {num_cores} cores on CPU, at most 4"
+
+
+def check_workers_fit(settings: ServerSettings, num_models: int, ray: bool) -> None:
+    """What --api-workers > 1 cannot be combined with, refused before anything starts."""
+    if ray:
+        raise StartupError(
+            "--api-workers > 1 and --ray: Ray Serve scales with replicas; drop one of the flags"
+        )
+    if settings.max_loaded_models is not None and settings.max_loaded_models < num_models:
+        raise StartupError(
+            f"--api-workers > 1 serves all {num_models} models loaded at once; drop --max-loaded-models "
+            "or pass --api-workers 1 to swap models in and out"
+        )
+
+
+def serve_with_workers(
+    served: Sequence[tuple[EngineArgs, EngineConfig]],
+    settings: ServerSettings,
+    host: str,
+    port: int,
+    graceful_timeout: float,
+    log_level: str,
+    num_workers: int,
+    reason: str = "--api-workers",
+) -> int:
+    # 1. what a single-process server checks first: names and memory, then the port
+    try:
+        ModelRegistry.from_configs(
+            served, settings.max_loaded_models, strict_names=settings.strict_model_name
+        )
+    except ValueError as e:
+        raise StartupError(str(e)) from e
+    sock = bind_listener(host, port)
+    ipc_dir = tempfile.mkdtemp(prefix="wde-link-")
+    try:
+        supervisor = Supervisor(served, settings, sock, ipc_dir, log_level, graceful_timeout, num_workers)
+        return supervisor.run(reason)
+    finally:
+        sock.close()
+        shutil.rmtree(ipc_dir, ignore_errors=True)
+
+
+class Supervisor:
+    def __init__(
+        self,
+        served: Sequence[tuple[EngineArgs, EngineConfig]],
+        settings: ServerSettings,
+        sock: Any,
+        ipc_dir: str,
+        log_level: str,
+        graceful_timeout: float,
+        num_workers: int,
+    ) -> None:
+        self.context = multiprocessing.get_context("spawn")  # no fork of a process that may hold threads
+        self.served = list(served)
+        self.settings = settings
+        self.sock = sock
+        self.ipc_dir = ipc_dir
+        self.log_level = log_level
+        self.graceful_timeout = graceful_timeout
+        self.num_workers = num_workers
+        self.slots = InFlightSlots(num_workers, self.context)
+        self.workers: dict[int, Any] = {}
+        self.generation = 0
+        self.restarts: list[float] = []
+        self.stop_signal: int | None = None
+
+    def run(self, reason: str) -> int:
+        # 1. the engine process; the pipe's write end lives only there, so its end is the workers' EOF
+        alive_read, alive_write = self.context.Pipe(duplex=False)
+        self.alive = alive_read
+        self.engine = self.context.Process(
+            target=engine_process.main,
+            args=(
+                self.served,
+                self.settings,
+                self.ipc_dir,
+                self.log_level,
+                self.slots,
+                alive_write,
+                url_of(self.sock),
+            ),
+            name="wde-engine",
+        )
+        self._install_signals()
+        self.engine.start()
+        alive_write.close()
+        # 2. the workers
+        names = ", ".join(args.model or "the bundled model" for args, _ in self.served)
+        logger.info(
+            "listening on %s; loading %s (GET /health answers 503 until the ready line); %d API workers "
+            "(%s) and the engine process (pid %d)",
+            url_of(self.sock),
+            names,
+            self.num_workers,
+            reason,
+            self.engine.pid,
+        )
+        for index in range(self.num_workers):
+            self._start_worker(index)
+        # 3. watch until a signal, the engine's end or too many worker deaths
+        return self._watch()
+
+    def _install_signals(self) -> None:
+        def stop(sig: int, frame: FrameType | None) -> None:
+            self.stop_signal = sig
+
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(sig, stop)
+
+    def _start_worker(self, index: int) -> None:
+        self.generation += 1
+        process = self.context.Process(
+            target=api_worker.main,
+            args=(
+                index,
+                f"w{index}.{self.generation}",
+                self.sock,
+                self.served,
+                self.settings,
+                self.ipc_dir,
+                self.log_level,
+                self.graceful_timeout,
+                self.slots,
+                self.alive,
+            ),
+            name=f"wde-api-{index}",
+        )
+        process.start()
+        self.workers[index] = process
+
+    def _watch(self) -> int:
+        while True:
+            if self.stop_signal is not None:
+                return self._stop(self.stop_signal)
+            sentinels = [self.engine.sentinel, *(process.sentinel for process in self.workers.values())]
+            ready = wait(sentinels, timeout=0.2)
+            if self.engine.sentinel in ready:
+                return self._engine_ended()
+            for index, process in list(self.workers.items()):
+                died = process.sentinel in ready and self.stop_signal is None
+                if died and not self._replace(index, process):
+                    self._stop_workers()
+                    self._stop_engine()
+                    return 1
+
+    def _replace(self, index: int, process: Any) -> bool:
+        """Start a new worker in place of a dead one (False: too many deaths in a row: give up)."""
+        process.join()
+        self.slots.clear(index)
+        now = time.monotonic()
+        self.restarts = [when for when in self.restarts if now - when < RESTART_WINDOW] + [now]
+        if len(self.restarts) > MAX_RESTARTS:
+            logger.error(
+                "API workers died %d times within %.0f s (the last: exit %s); stopping the server",
+                len(self.restarts),
+                RESTART_WINDOW,
+                process.exitcode,
+            )
+            return False
+        logger.warning(
+            "API worker %d (pid %d) died with exit %s; starting another", index, process.pid, process.exitcode
+        )
+        self._start_worker(index)
+        return True
+
+    def _engine_ended(self) -> int:
+        self.engine.join()
+        code = self.engine.exitcode
+        if self.stop_signal is None:
+            logger.error(
+                "the engine process ended (exit %s) while serving; stopping the API workers (exit status 1)",
+                code if code is None or code >= 0 else f"signal {-code}",
+            )
+        self._stop_workers()
+        return 1
+
+    def _stop(self, sig: int) -> int:
+        """Drain: the workers first (they answer what they admitted), then the engine."""
+        logger.info("received %s: draining the API workers, then the engine", signal.Signals(sig).name)
+        self._stop_workers()
+        return self._stop_engine()
+
+    def _stop_workers(self) -> None:
+        for process in self.workers.values():
+            if process.is_alive():
+                process.terminate()  # SIGTERM: each drains (DrainingServer)
+        deadline = time.monotonic() + self.graceful_timeout + 15.0
+        for process in self.workers.values():
+            process.join(max(0.0, deadline - time.monotonic()))
+            if process.is_alive():
+                logger.error("API worker pid %d did not drain in time; killing it", process.pid)
+                process.kill()
+                process.join()
+
+    def _stop_engine(self) -> int:
+        if self.engine.is_alive():
+            self.engine.terminate()
+            self.engine.join(ENGINE_STOP_SECONDS)
+            if self.engine.is_alive():
+                logger.error("the engine process did not stop within %.0f s; killing it", ENGINE_STOP_SECONDS)
+                self.engine.kill()
+                self.engine.join()
+                return 1
+        return 0 if self.engine.exitcode == 0 else 1
