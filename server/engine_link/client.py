@@ -60,13 +60,18 @@ class EngineLink:
         self._scrapes: dict[int, tuple[asyncio.AbstractEventLoop, asyncio.Future[bytes]]] = {}
         self._reader = threading.Thread(target=self._read, name="wde-engine-link", daemon=True)
         self._closed = False
+        self._last_states: list[list[Any]] = []  # the engine process's last word on each model
+        self.heard = threading.Event()  # set by its first state message
 
     def thread_for(self, model_index: int, engine_config: EngineConfig) -> RemoteEngineThread:
         thread = RemoteEngineThread(self, model_index, engine_config)
         self.threads[model_index] = thread
+        if model_index < len(self._last_states):  # a worker started while the engine serves: ready at once
+            thread.update(self._last_states[model_index])
         return thread
 
     def start(self) -> None:
+        """Connect (idempotent); the engine process answers with every model's state (``heard``)."""
         if not self._reader.is_alive():
             self._reader.start()
             self.send(["hello", self.name])
@@ -143,6 +148,8 @@ class EngineLink:
             if finished:
                 resolve_calls(finished)
         elif kind == "state":
+            self._last_states = message[1]
+            self.heard.set()
             for model_index, state in enumerate(message[1]):
                 thread = self.threads.get(model_index)
                 if thread is not None:

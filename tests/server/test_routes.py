@@ -318,14 +318,15 @@ async def test_cancelled_request_is_aborted_in_the_engine(async_engine: AsyncLLM
 
 
 def http_counts(text: str) -> dict[tuple[str, str, str], float]:
-    """wde_http_requests_total by (model, route, status) (the apps of a linked engine share one registry:
-    tests count what they add)."""
-    return {
-        (sample.labels["model"], sample.labels["route"], sample.labels["status"]): sample.value
-        for family in text_string_to_metric_families(text)
-        for sample in family.samples
-        if sample.name == "wde_http_requests_total"
-    }
+    """wde_http_requests_total by (model, route, status), summed over methods (the apps of a linked engine
+    share one registry: tests count what they add)."""
+    counts: dict[tuple[str, str, str], float] = {}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            if sample.name == "wde_http_requests_total":
+                key = (sample.labels["model"], sample.labels["route"], sample.labels["status"])
+                counts[key] = counts.get(key, 0.0) + sample.value
+    return counts
 
 
 async def metric_total(client: Any, sample_name: str) -> float:
