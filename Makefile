@@ -38,8 +38,8 @@ format: ## ruff format + autofix
 bench: ## LLM.encode vs sentence-transformers tokens/s on DATA (default ../shared/data/docs.jsonl)
 	$(PY) -m benchmarks.offline --data $(DATA)
 
-bench-server: ## wde serve under load (1 text/request, concurrency 1 and 32) vs in-process on DATA; PEERS=1 adds Infinity
-	$(PY) -m benchmarks.server_load --data $(DATA) --limit 1000 --concurrency 1 32 $(if $(PEERS),--peer infinity)
+bench-server: ## wde serve under load (1 text/request, concurrency 1 and 64, --api-workers 1 and 2) vs in-process on DATA; PEERS=1 adds Infinity
+	$(PY) -m benchmarks.server_load --data $(DATA) --limit 1000 --concurrency 1 64 --api-workers 1 2 $(if $(PEERS),--peer infinity)
 
 bench-memory: ## wde serve's RSS: 30,000 one-text requests (RSS every 1,000), then a mixed round at twice capacity
 	$(PY) -m benchmarks.memory_soak --data $(if $(filter $(DATA),../shared/data/docs.jsonl),../shared/data/queries.jsonl,$(DATA))

@@ -3,6 +3,8 @@
 
     python -m benchmarks.server_load --data ../shared/data/queries.jsonl --concurrency 1 32
     python -m benchmarks.server_load --words 10 --concurrency 1 --peer infinity  # one 10-word query at a time
+    python -m benchmarks.server_load --concurrency 64 --api-workers 1 2   # a server per --api-workers value
+    python -m benchmarks.server_load --model host --api-workers 1 2       # the tiny model: HTTP dominates
     wde bench --server http://127.0.0.1:8000 --concurrency 32   # a running server
 
 Without ``--server`` it starts ``wde serve`` on a free 127.0.0.1 port with the same model and dtype, and
@@ -17,15 +19,18 @@ import asyncio
 import multiprocessing
 import os
 import sys
+import tempfile
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from benchmarks import peers
+from benchmarks.cpu_info import cpu_flags, cpu_model, isa_flags
 from benchmarks.dataset import load_texts, shared_data_path
 from benchmarks.subprocess_server import free_port, serving
 
@@ -187,7 +192,20 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--concurrency", type=int, nargs="+", default=[1, 32])
     parser.add_argument("--server", default=None, help="URL of a running server (default: start wde serve)")
     parser.add_argument(
-        "--model", default=None, help="local HF directory (default: bundled all-MiniLM-L6-v2)"
+        "--model",
+        default=None,
+        help="local HF directory, or host: a random 1-layer hidden-32 BERT with MiniLM's tokenizer (the "
+        "forward nearly free: what HTTP costs shows); default: the bundled all-MiniLM-L6-v2",
+    )
+    parser.add_argument(
+        "--api-workers",
+        type=int,
+        nargs="+",
+        default=[1],
+        help="wde serve --api-workers: a server for each value, its rows in the same table",
+    )
+    parser.add_argument(
+        "--client-processes", type=int, default=1, help="load-generator processes (one event loop each)"
     )
     parser.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"])
     parser.add_argument(
@@ -215,15 +233,23 @@ def main(argv: list[str] | None = None) -> None:
 
     quantization = None if args.quantization == "none" else args.quantization
     serve_args = [*args.serve_arg, *(["--quantization", quantization] if quantization else [])]
-    # 1. in process, alone on the machine
-    texts_per_s, tokens_per_s = (
-        (None, None) if args.server else in_process_texts_per_s(args.model, args.dtype, texts, quantization)
-    )
-    # 2. over HTTP: wde, then each peer, with the same texts and load
-    results: list[tuple[str, LoadResult]] = []
-    server = served(args.model, args.dtype, serve_args) if args.server is None else _given(args.server)
-    with server as url:
-        results += [("wde POST /embed", result) for result in load_levels(url, texts, args.concurrency)]
+    with tempfile.TemporaryDirectory() as scratch:
+        model = bench_model(args.model, Path(scratch))
+        # 1. in process, alone on the machine
+        texts_per_s, tokens_per_s = (
+            (None, None) if args.server else in_process_texts_per_s(model, args.dtype, texts, quantization)
+        )
+        # 2. over HTTP: wde (a server per --api-workers value), then each peer, with the same texts and load
+        results: list[tuple[str, LoadResult]] = []
+        for num_workers in [None] if args.server else args.api_workers:
+            name = "wde POST /embed" + (f", {num_workers} API workers" if num_workers else "")
+            worker_args = ["--api-workers", str(num_workers)] if num_workers else []
+            server = (
+                served(model, args.dtype, [*serve_args, *worker_args]) if num_workers else _given(args.server)
+            )
+            with server as url:
+                levels = load_levels(url, texts, args.concurrency, num_processes=args.client_processes)
+                results += [(name, result) for result in levels]
     if "infinity" in args.peer:
         from wde.engine_args import default_model_path
 
@@ -236,7 +262,9 @@ def main(argv: list[str] | None = None) -> None:
     print(
         f"# {len(texts)} texts{words} from {args.data}, one text per request, dtype {args.dtype}, "
         f"quantization {args.quantization}, "
-        f"{os.cpu_count()} CPUs shared by server and load generator"
+        f"{os.cpu_count()} CPUs shared by server and load generator ({args.client_processes} process(es)); "
+        f"model {args.model or 'bundled all-MiniLM-L6-v2'}; CPU {cpu_model()}, ISA flags "
+        f"{' '.join(isa_flags(cpu_flags()))}"
     )
     if texts_per_s is not None:
         print(f"in-process LLM.encode: {texts_per_s:,.1f} texts/s ({tokens_per_s:,.0f} tokens/s)")
@@ -265,10 +293,25 @@ def load_levels(
     concurrencies: Sequence[int],
     path: str = "/embed",
     body: Callable[[Any], dict[str, Any]] = tei_body,
+    num_processes: int = 1,
 ) -> list[LoadResult]:
-    """One untimed warm-up pass over the first texts, then every concurrency level over all texts."""
+    """One untimed warm-up pass over the first texts, then every concurrency level over all texts (the
+    load from ``num_processes`` generator processes)."""
     asyncio.run(drive(url, texts[:WARMUP_REQUESTS], max(concurrencies), path, body))
-    return [asyncio.run(drive(url, texts, concurrency, path, body)) for concurrency in concurrencies]
+    return [
+        drive_in_processes(url, texts, concurrency, num_processes, path, body)
+        for concurrency in concurrencies
+    ]
+
+
+def bench_model(model: str | None, scratch: Path) -> str | None:
+    """``host``: the tiny random BERT written into ``scratch``; anything else as given."""
+    if model != "host":
+        return model
+    from benchmarks.host_overhead import model_folder
+    from wde.engine_args import default_model_path
+
+    return str(model_folder("host", Path(default_model_path()), scratch))
 
 
 @contextmanager

@@ -48,11 +48,15 @@ class EngineLink:
     def __init__(self, worker_name: str, ipc_dir: str, engine_alive: Connection | None) -> None:
         self.name = worker_name
         self._context = zmq.Context()
+        # no high-water marks: a full queue would block the event loop (PUSH) or drop answers (the engine's
+        # ROUTER); what is in flight is bounded by admission (--max-concurrent-requests)
         self._push = self._context.socket(zmq.PUSH)
+        self._push.setsockopt(zmq.SNDHWM, 0)
         self._push.connect(endpoint(ipc_dir, IN_ENDPOINT))
         self._push_lock = threading.Lock()  # the event loop, the registry's shutdown thread
         self._pull = self._context.socket(zmq.DEALER)
         self._pull.setsockopt(zmq.IDENTITY, worker_name.encode())
+        self._pull.setsockopt(zmq.RCVHWM, 0)
         self._pull.connect(endpoint(ipc_dir, OUT_ENDPOINT))
         self._engine_alive = engine_alive
         self.threads: dict[int, RemoteEngineThread] = {}  # by model index
@@ -258,6 +262,7 @@ class RemoteEngineThread:
             call_id = self._call_of_first_request.pop(request_ids[0], None)
             if call_id is None or self._pending.pop(call_id, None) is None:
                 return
+            self._note_idle()
         self._link.send(["abort", self._link.name, self._model_index, call_id, request_ids])
 
     def stop(self, timeout: float | None = None) -> None:
@@ -286,9 +291,13 @@ class RemoteEngineThread:
             call = self._pending.pop(call_id, None)
             if call is not None:
                 self._call_of_first_request.pop(call.request_ids[0], None)
-            if not self._pending and self.state == EngineState.DRAINING:
-                self._stopped.set()
+            self._note_idle()
         return call
+
+    def _note_idle(self) -> None:
+        """(lock held) A draining thread with nothing pending lets ``stop`` return."""
+        if not self._pending and self.state == EngineState.DRAINING:
+            self._stopped.set()
 
     def update(self, values: list[Any]) -> None:
         state_name, reason, num_waiting, num_unfinished, forward_seconds, backend, budget = values

@@ -100,8 +100,10 @@ class EngineServer:
         self.loop = asyncio.get_running_loop()
         context = zmq.asyncio.Context()
         self.inbox = context.socket(zmq.PULL)
+        self.inbox.setsockopt(zmq.RCVHWM, 0)  # unbounded: admission bounds what is in flight
         self.inbox.bind(endpoint(self.ipc_dir, IN_ENDPOINT))
         self.outbox = context.socket(zmq.ROUTER)
+        self.outbox.setsockopt(zmq.SNDHWM, 0)  # a full queue would drop a worker's answers
         self.outbox.bind(endpoint(self.ipc_dir, OUT_ENDPOINT))
         self.stopping = asyncio.Event()
         self.loop.add_signal_handler(signal.SIGTERM, self.stopping.set)
