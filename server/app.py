@@ -31,6 +31,7 @@ import wde
 from server.app_state import AppState
 from server.batches.service import BatchService
 from server.direct_routes import DirectRoutes
+from server.engine_link.batch_link import BatchLink
 from server.engine_link.in_flight import InFlightSlots
 from server.errors import install_error_handlers
 from server.middleware.request_pipeline import RequestPipeline
@@ -122,11 +123,13 @@ def create_app(
     *,
     metrics: Any = None,
     in_flight_slots: InFlightSlots | None = None,
+    batch_link: BatchLink | None = None,
 ) -> FastAPI:
     """The app over one engine or a ``ModelRegistry``; its lifespan starts the engines (those not started)
     and drains them on shutdown. ``tracing``: OpenTelemetry spans through this tracer (default: as ``--otel``
     and the ``OTEL_*`` environment say, ``server/tracing.py``). An API worker of ``--api-workers N`` passes
-    its ``metrics`` (forwarded to the engine process) and the workers' shared ``in_flight_slots``."""
+    its ``metrics`` (forwarded to the engine process), the workers' shared ``in_flight_slots`` and its
+    ``batch_link``: worker 0 runs the Batch API, the others forward its requests there."""
     # 1. shared state, metrics and tracing
     settings = (settings or ServerSettings()).with_api_key_file()
     settings.verify()
@@ -145,7 +148,12 @@ def create_app(
     )
     app.state.wde = state
     app.state.batches = BatchService(
-        settings.batch_folder(port=None), app, models, lambda: state.draining, settings.batch_lines_in_flight
+        settings.batch_folder(port=None),
+        app,
+        models,
+        lambda: state.draining,
+        settings.batch_lines_in_flight,
+        runs_elsewhere="" if batch_link is None else batch_link.runs_elsewhere,
     )
     app.state.tracing = tracing
     app.state.startup_error = ""  # why the lifespan failed, set by it
@@ -172,6 +180,7 @@ def create_app(
         known_paths=known_paths,
         wrap_gate=wrap_gate,
         direct_routes=direct_routes,
+        batch_link=batch_link,
     )
     if tracing is not None:  # outermost: the request span covers every answer (imports OpenTelemetry)
         from server.middleware.tracing import TracingMiddleware

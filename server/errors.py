@@ -55,6 +55,11 @@ class BatchDirUnwritableError(Exception):
     """--batch-dir cannot be written (a read-only filesystem): no Batch API here (503, no Retry-After)."""
 
 
+class BatchOwnerUnavailableError(Exception):
+    """--api-workers N: the API worker that runs the Batch API does not answer (restarting, or stopping);
+    the others answer its requests 503 with Retry-After (``server/engine_link/batch_link.py``)."""
+
+
 class ServerDrainingError(Exception):
     """The server is shutting down and takes no new requests."""
 
@@ -115,6 +120,7 @@ ERROR_TABLE: dict[type[Exception], ErrorKind] = {
     BatchDirUnwritableError: ErrorKind(
         503, "Unhealthy", "server_error", "batch_dir_unwritable", retry_after=False
     ),
+    BatchOwnerUnavailableError: ErrorKind(503, "Unhealthy", "server_error", "batch_owner_unavailable"),
     RequestFailedError: SERVER_ERROR,
     Exception: SERVER_ERROR,
 }

@@ -18,7 +18,7 @@ from server.batches.file_store import FileStore
 from server.batches.folder_lock import FolderLock
 from server.batches.line_dispatch import RouteDispatcher
 from server.batches.progress import Progress
-from server.errors import BatchDirInUseError, BatchDirUnwritableError
+from server.errors import BatchDirInUseError, BatchDirUnwritableError, BatchOwnerUnavailableError
 
 logger = logging.getLogger("wde.server.batches")
 
@@ -35,8 +35,13 @@ class BatchService:
         engine: Startable,
         is_draining: Callable[[], bool],
         max_lines_in_flight: int,
+        runs_elsewhere: str = "",
     ) -> None:
+        """``runs_elsewhere``: where another process of this server runs the folder's Batch API (an API worker
+        of --api-workers N other than the one that runs it: its pipeline forwards the Batch API's requests
+        there, ``server/engine_link/batch_link.py``); start() leaves the folder to it."""
         self.folder = folder
+        self.runs_elsewhere = runs_elsewhere
         self.folder_lock: FolderLock | None = None  # held from start() to stop()
         # why this process serves no Batch API ("" while it is on): the routes answer 503 with it
         self.unavailable_reason = ""
@@ -53,6 +58,10 @@ class BatchService:
         on disk, queue the interrupted ones (oldest first), start the runner. A folder that cannot be
         written, or that another process holds, turns the Batch API off (one WARNING) and nothing else:
         the Batch API is optional, the server serves without it."""
+        if self.runs_elsewhere:  # never reached by a request (forwarded before routing): 503 if ever
+            self.unavailable_error = BatchOwnerUnavailableError
+            self.unavailable_reason = f"the Batch API runs in {self.runs_elsewhere}"
+            return
         try:
             self.folder_lock = await asyncio.to_thread(FolderLock.take, self.folder)
         except OSError as e:  # a read-only filesystem (docker run --read-only), a file in the way, ...

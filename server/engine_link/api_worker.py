@@ -20,6 +20,7 @@ import uvicorn
 from server.access_log import skip_unused_record_fields
 from server.app import create_app
 from server.draining_server import DrainingServer, exit_zero_on_signal
+from server.engine_link.batch_link import BatchLink
 from server.engine_link.client import EngineLink
 from server.engine_link.in_flight import InFlightSlots
 from server.engine_link.linked_metrics import LinkedMetrics
@@ -77,8 +78,12 @@ def main(
         make_engine=make_engine,
         strict_names=settings.strict_model_name,
     )
-    # 3. the app and uvicorn on the shared socket
-    app = create_app(models, settings, metrics=LinkedMetrics(link), in_flight_slots=slots)
+    # 3. the app and uvicorn on the shared socket (worker 0 also on the Batch API's: batch_link.py)
+    batch_link = BatchLink.of_worker(ipc_dir, index)
+    sockets = [sock, batch_link.listen()] if batch_link.is_owner else [sock]
+    app = create_app(
+        models, settings, metrics=LinkedMetrics(link), in_flight_slots=slots, batch_link=batch_link
+    )
     config = uvicorn.Config(
         app,
         log_level=log_level,
@@ -97,6 +102,8 @@ def main(
 
     models.add_engine_hook(watch)
     exit_zero_on_signal()
-    server.run(sockets=[sock])
+    server.run(sockets=sockets)
+    if batch_link.is_owner:
+        batch_link.close(sockets[1])
     link.close()
     sys.exit(1 if any(monitor.stopped_server.is_set() for monitor in monitors) else 0)

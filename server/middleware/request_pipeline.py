@@ -18,7 +18,10 @@ applied in this order (outermost first):
 7. HEAD on a GET route (/health, /info, /v1/models, /metrics): the GET answer's status and headers, no body
    (FastAPI routes declared with GET do not answer HEAD themselves);
 8. unknown request fields: one ``IgnoredFields`` record per request (``server/ignored_fields.py``), listed in
-   the answer's ``x-wde-ignored-fields`` header.
+   the answer's ``x-wde-ignored-fields`` header;
+9. --api-workers N: in a worker that does not run the Batch API, its requests forwarded to the one that does
+   (``server/engine_link/batch_link.py``); in that one, a request forwarded to it is neither admitted nor
+   counted nor logged again (the worker the client reached did all three).
 
 One middleware rather than one per step: each ASGI layer costs a coroutine and a ``send`` wrapper per
 request on the event loop, and this server answers short requests where that is most of the cost (issue 26).
@@ -31,6 +34,7 @@ import asyncio
 import hmac
 import time
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from starlette.datastructures import MutableHeaders
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -48,6 +52,9 @@ from server.errors import (
 )
 from server.ignored_fields import HEADER, IgnoredFields, current_ignored_fields
 from server.reached_model import CURRENT_REACHED_MODEL, ReachedModel
+
+if TYPE_CHECKING:
+    from server.engine_link.batch_link import BatchLink
 
 CLIENT_CLOSED = 499  # nginx's convention for a client that disconnected before the answer
 UNMATCHED = "unmatched"  # any path that is no route: one label value, however many paths are probed
@@ -71,6 +78,7 @@ class Exchange:
         self.error_body = bytearray()  # the start of an error answer, for the log line's message
         self.response_started = False
         self.response_complete = False
+        self.forwarded = False  # by another API worker, which admitted, counted and logged it (step 9)
 
     async def send_observed(self, message: Message) -> None:
         kind = message["type"]
@@ -104,10 +112,12 @@ class RequestPipeline:
         known_paths: set[str],
         wrap_gate: Callable[[ASGIApp], ASGIApp] | None = None,
         direct_routes: DirectRoutes | None = None,
+        batch_link: BatchLink | None = None,
     ) -> None:
         """``known_paths``: the route templates, for answers given before routing (401, 413, 429);
         ``wrap_gate``: a middleware between step 1 and the rest (CORS); ``direct_routes``: the hot JSON
-        routes answered without the app's routing layers (``server/direct_routes.py``)."""
+        routes answered without the app's routing layers (``server/direct_routes.py``); ``batch_link``: an
+        API worker's part in the one Batch API of --api-workers N (step 9)."""
         self.app = app
         self.direct_routes = direct_routes
         self.state = state
@@ -120,6 +130,13 @@ class RequestPipeline:
         self.body_read_timeout = settings.body_read_timeout
         self.strict_fields = settings.strict_request_fields
         self.gate: ASGIApp | None = None if wrap_gate is None else wrap_gate(self._gate_behind)
+        # step 9: the socket other workers forward to (the owner), or the forwarder to it (the others)
+        self.batch_socket = batch_link.server if batch_link is not None and batch_link.is_owner else None
+        self.batch_forwarder = None
+        if batch_link is not None and not batch_link.is_owner:
+            from server.engine_link.batch_forwarder import BatchForwarder  # httpx: only where it forwards
+
+            self.batch_forwarder = BatchForwarder(batch_link.socket_path, settings.retry_after_seconds)
 
     # ---- 1. metrics and the access log ---------------------------------------------------------------
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -129,6 +146,8 @@ class RequestPipeline:
         start = time.perf_counter()
         record = IgnoredFields(strict=self.strict_fields)
         exchange = Exchange(send, record, scope["method"] == "HEAD", self.access_log)
+        if self.batch_socket is not None and scope.get("server") == self.batch_socket:
+            exchange.forwarded = True
         reached_model = ReachedModel()
         model_token = CURRENT_REACHED_MODEL.set(reached_model)
         # A mutable record in the context: tasks the app starts copy the context, and share the record.
@@ -145,12 +164,13 @@ class RequestPipeline:
         finally:
             current_ignored_fields.reset(fields_token)
             CURRENT_REACHED_MODEL.reset(model_token)
-            seconds = time.perf_counter() - start
-            status = exchange.status
-            route = self._route_label(scope)
-            self.metrics.observe_http(reached_model.name, route, scope["method"], str(status), seconds)
-            if self.access_log:
-                log_access(scope, status, seconds, bytes(exchange.error_body))
+            if not exchange.forwarded:
+                seconds = time.perf_counter() - start
+                status = exchange.status
+                route = self._route_label(scope)
+                self.metrics.observe_http(reached_model.name, route, scope["method"], str(status), seconds)
+                if self.access_log:
+                    log_access(scope, status, seconds, bytes(exchange.error_body))
 
     def _route_label(self, scope: Scope) -> str:
         """The matched route's path template (routing stores the route in the scope), not the raw path."""
@@ -300,10 +320,10 @@ class RequestPipeline:
         )
         await error_response(error, scope["path"], close=True)(scope, receive, send)
 
-    # ---- 6. admission, 7. HEAD as GET, 8. ignored fields: the app ------------------------------------
+    # ---- 6. admission, 7. HEAD as GET, 8. ignored fields, 9. the Batch API's worker: the app ---------
     async def _admitted(self, scope: Scope, receive: Receive, exchange: Exchange) -> None:
         path = scope["path"]
-        if path in EXEMPT_PATHS:
+        if path in EXEMPT_PATHS or exchange.forwarded:
             await self._app(scope, receive, exchange)
             return
         state, settings = self.state, self.settings
@@ -325,6 +345,9 @@ class RequestPipeline:
             scope = {**scope, "method": "GET"}
         elif self.direct_routes is not None and (found := self.direct_routes.find(scope)) is not None:
             await self.direct_routes.serve(found, scope, receive, exchange.send_app, self.app)
+            return
+        if self.batch_forwarder is not None and self.batch_forwarder.handles(scope["path"]):
+            await self.batch_forwarder(scope, receive, exchange.send_app)
             return
         await self.app(scope, receive, exchange.send_app)
 
