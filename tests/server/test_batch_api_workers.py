@@ -7,10 +7,13 @@ polls, downloads and lists, every answer 200 and the same wherever it lands, eac
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import signal
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import httpx
@@ -80,12 +83,45 @@ def gone(pid: int) -> bool:
         return True
 
 
+def descendants(pid: int) -> list[int]:
+    """``pid``'s children, theirs, and so on (each process's parent read from Linux's ``/proc/PID/stat``)."""
+    children: dict[int, list[int]] = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        with contextlib.suppress(OSError):
+            parent = int(stat.read_text().rpartition(")")[2].split()[1])  # after the name: state, ppid
+            children.setdefault(parent, []).append(int(stat.parent.name))
+    found: list[int] = []
+    todo = [pid]
+    while todo:
+        below = children.get(todo.pop(), [])
+        found += below
+        todo += below
+    return found
+
+
+@contextmanager
+def whole_server(tmp_path: Path, *args: str) -> Iterator[ServeProcess]:
+    """``serve_process``; after a failure its workers and engine process are killed with it (killing the
+    parent alone would leave them running)."""
+    with serve_process(tmp_path, *args) as server:
+        try:
+            yield server
+        finally:
+            if server.process.poll() is None:
+                children = descendants(server.process.pid)
+                server.process.kill()  # first, so that it replaces nobody
+                server.process.wait()
+                for pid in children:
+                    with contextlib.suppress(ProcessLookupError):
+                        os.kill(pid, signal.SIGKILL)
+
+
 def test_every_api_worker_answers_the_batch_api(tmp_path: Path) -> None:
     texts = training_texts()[:NUM_LINES]
     content = jsonl([embedding_line(f"doc-{i}", {"input": text}) for i, text in enumerate(texts)])
     args = ("--api-workers", "2", "--max-concurrent-requests", "1", "--batch-dir", str(tmp_path / "batches"))
     args += ("--log-level", "debug")
-    with serve_process(tmp_path, *args) as server:
+    with whole_server(tmp_path, *args) as server:
         server.wait_healthy()
         client = fresh_connections(server.url)
         # 1. a batch from upload to output, each step on whichever worker takes the connection
