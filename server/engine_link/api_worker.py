@@ -24,6 +24,7 @@ from server.engine_link.batch_link import BatchLink
 from server.engine_link.client import EngineLink
 from server.engine_link.in_flight import InFlightSlots
 from server.engine_link.linked_metrics import LinkedMetrics
+from server.engine_link.parent_death import end_with_parent
 from server.engine_monitor import EngineMonitor
 from server.log_setup import configure_logging
 from server.memory_release import limit_malloc_arenas
@@ -33,6 +34,8 @@ from server.uvicorn_options import uvicorn_options
 from wde.config import EngineConfig
 from wde.engine_args import EngineArgs
 from wde.entrypoints.async_llm_engine import AsyncLLMEngine
+
+HEAR_ENGINE_SECONDS = 10.0  # at most, before serving anyway (answering 503 until the engine's state comes)
 
 
 class WorkerServer(DrainingServer):
@@ -55,6 +58,7 @@ def main(
     graceful_timeout: float,
     slots: InFlightSlots,
     engine_alive: Connection,
+    parent_pid: int | None = None,
 ) -> None:
     """The worker's entry point (``multiprocessing`` spawn target); exits 0 after a drain, 1 when the
     engine process died."""
@@ -62,9 +66,14 @@ def main(
     limit_malloc_arenas()
     configure_logging(log_level)
     skip_unused_record_fields()
+    if parent_pid is not None:
+        end_with_parent(parent_pid)
     slots.index = index
-    # 2. the models, each engine a remote one
+    # 2. the models, each engine a remote one; the engine process's state heard before the first request
+    #    (a worker that replaces a dead one serves at once, not 503 "loading" for its first 0.1 s)
     link = EngineLink(name, ipc_dir, engine_alive)
+    link.start()
+    link.heard.wait(HEAR_ENGINE_SECONDS)
     index_of = {id(engine_args): model_index for model_index, (engine_args, _) in enumerate(served)}
 
     def make_engine(engine_args: EngineArgs) -> AsyncLLMEngine:

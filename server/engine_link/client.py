@@ -320,7 +320,7 @@ class RemoteEngineThread:
             elif remote in (EngineState.DRAINING, EngineState.STOPPED):
                 self.state = EngineState.DRAINING
                 self._reason = reason or "the server is shutting down; retry on another replica"
-        if remote == EngineState.READY or remote == EngineState.FAILED:
+        if remote == EngineState.READY:
             self._ready.set()
 
     def engine_gone(self, reason: str) -> None:

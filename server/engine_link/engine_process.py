@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import functools
 import logging
 import signal
 import threading
@@ -32,6 +33,7 @@ import zmq.asyncio
 from server.draining_server import log_ready
 from server.engine_link import wire
 from server.engine_link.in_flight import InFlightSlots
+from server.engine_link.parent_death import end_with_parent
 from server.log_setup import configure_logging
 from server.memory_release import limit_malloc_arenas
 from server.metrics import ServerMetrics
@@ -61,12 +63,15 @@ def main(
     slots: InFlightSlots,
     alive: Connection,
     url: str = "",
+    parent_pid: int | None = None,
 ) -> None:
     """The engine process's entry point (``multiprocessing`` spawn target); exits with its status.
     ``alive``: the write end of a pipe the workers watch, held open (never written) while this lives."""
     limit_malloc_arenas()
     bound_openmp_spin()
     configure_logging(log_level)
+    if parent_pid is not None:
+        end_with_parent(parent_pid)
     # the result cache lives in the workers, beside the plans that consult it
     served = [(dataclasses.replace(args, cache_size=0), config) for args, config in served]
     models = ModelRegistry.from_configs(served, strict_names=settings.strict_model_name, freeze_heap=True)
@@ -189,7 +194,7 @@ class EngineServer:
             )
             key = (worker, model_index, call_id)
             self.calls[key] = call
-            call.future.add_done_callback(lambda future, key=key: self._answered(key, future))
+            call.future.add_done_callback(functools.partial(self._answered, key))
             calls.append(call)
         try:
             if engine is None:

@@ -134,6 +134,7 @@ class Supervisor:
                 self.slots,
                 alive_write,
                 url_of(self.sock),
+                os.getpid(),
             ),
             name="wde-engine",
         )
@@ -178,6 +179,7 @@ class Supervisor:
                 self.graceful_timeout,
                 self.slots,
                 self.alive,
+                os.getpid(),
             ),
             name=f"wde-api-{index}",
         )

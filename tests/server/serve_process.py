@@ -3,7 +3,9 @@ a kill on the way out whatever happened (every wait is bounded)."""
 
 from __future__ import annotations
 
+import contextlib
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -87,6 +89,7 @@ def serve_process(
             stdout=log,
             stderr=subprocess.STDOUT,
             env={**os.environ, **(env or {})},
+            start_new_session=True,  # its own process group: --api-workers' children go with it
         )
     try:
         yield ServeProcess(process, port, log_path)
@@ -94,3 +97,5 @@ def serve_process(
         if process.poll() is None:
             process.kill()
             process.wait(TIMEOUT)
+        with contextlib.suppress(ProcessLookupError):  # what it left behind (a test that failed midway)
+            os.killpg(process.pid, signal.SIGKILL)

@@ -116,6 +116,29 @@ def test_a_dead_worker_is_replaced_and_the_server_goes_on(tmp_path: Path) -> Non
     assert re.search(rf"API worker \d \(pid {first}\) died with exit -9; starting another", log), log
 
 
+@pytest.mark.slow
+def test_children_end_when_the_parent_is_killed(tmp_path: Path) -> None:
+    with serve_process(tmp_path, "--api-workers", "2", env={"WDE_LOG_LEVEL": "info"}) as server:
+        server.wait_healthy()
+        log = server.log()
+        children = [engine_pid(log), *worker_pids(log)]
+        server.process.kill()  # SIGKILL: no chance to stop them itself
+        server.wait()
+        deadline = time.monotonic() + TIMEOUT
+        while any(alive(pid) for pid in children):
+            assert time.monotonic() < deadline, f"still running: {[p for p in children if alive(p)]}"
+            time.sleep(0.1)
+
+
+def alive(pid: int) -> bool:
+    """Running (not a zombie waiting for its dead parent's reaper)."""
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
 @pytest.mark.parametrize(
     ("args", "needle"),
     [
