@@ -39,6 +39,8 @@ class AppState:
     def __post_init__(self) -> None:
         if self.metrics is None:
             self.metrics = ServerMetrics(self.models, lambda: self.num_in_flight)
+        else:  # an API worker's: it reports this app's result caches
+            self.metrics.watch(self.models)
         self.models.add_engine_hook(self._listen)
 
     # ---- admission (RequestPipeline) ------------------------------------------------------------------

@@ -120,8 +120,10 @@ class ServerMetrics:
             buckets=LATENCY_BUCKETS,
             registry=registry,
         )
-        # 5. the result cache (--cache-size): read from the engines when scraped
-        registry.register(ResultCacheCollector(models))
+        # 5. the result cache (--cache-size): read from the engines when scraped, plus what the API workers
+        #    of --api-workers report of theirs ({worker: {model: {ReuseStats field: value}}})
+        self.worker_cache_stats: dict[str, dict[str, dict[str, float]]] = {}
+        registry.register(ResultCacheCollector(models, self.worker_cache_stats))
 
     # ---- RequestPipeline ------------------------------------------------------------------------
     def observe_http(self, model: str, route: str, method: str, status: str, seconds: float) -> None:
@@ -141,6 +143,19 @@ class ServerMetrics:
         if model not in self._listeners:
             self._listeners[model] = ModelStatsListener(self, model)
         return self._listeners[model]
+
+    @staticmethod
+    def cache_stats(models: ModelRegistry) -> dict[str, dict[str, float]]:
+        """{model: {ReuseStats field: value}} of the loaded models' result caches (what a worker reports)."""
+        stats: dict[str, dict[str, float]] = {}
+        for model in models.loaded():
+            reuse = model.loaded_engine.result_reuse
+            if reuse is not None:
+                values = reuse.stats()
+                stats[model.name] = {
+                    field: getattr(values, field) for *_, field in ResultCacheCollector.FAMILIES
+                }
+        return stats
 
     def render(self) -> bytes:
         return generate_latest(self.registry)
@@ -247,8 +262,11 @@ class ResultCacheCollector:
         ("wde_cache_max_bytes", "gauge", "The result cache's limit (--cache-size)", "max_bytes"),
     )
 
-    def __init__(self, models: ModelRegistry) -> None:
+    def __init__(
+        self, models: ModelRegistry, worker_stats: dict[str, dict[str, dict[str, float]]] | None = None
+    ) -> None:
         self.models = models
+        self.worker_stats = {} if worker_stats is None else worker_stats
 
     def describe(self) -> list[Metric]:
         return []  # collected only when scraped (a cache exists once its model is loaded)
@@ -262,5 +280,7 @@ class ResultCacheCollector:
             reuse = model.loaded_engine.result_reuse
             stats = None if reuse is None else reuse.stats()
             for family, (_, _, _, stat) in zip(families, self.FAMILIES, strict=True):
-                family.add_metric([model.name], 0 if stats is None else getattr(stats, stat))
+                value = 0 if stats is None else getattr(stats, stat)
+                value += sum(worker.get(model.name, {}).get(stat, 0) for worker in self.worker_stats.values())
+                family.add_metric([model.name], value)
         yield from families

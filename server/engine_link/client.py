@@ -102,14 +102,14 @@ class EngineLink:
             self._pull.close(linger=0)
             self._context.term()
 
-    async def scrape(self, observations: list[list[Any]]) -> bytes:
+    async def scrape(self, observations: list[list[Any]], cache_stats: dict[str, Any]) -> bytes:
         """The server's /metrics text, rendered by the engine process (after these HTTP observations)."""
         loop = asyncio.get_running_loop()
         scrape_id = next(self._scrape_ids)
         future: asyncio.Future[bytes] = loop.create_future()
         self._scrapes[scrape_id] = (loop, future)
         try:
-            self.send(["scrape", self.name, scrape_id, observations])
+            self.send(["scrape", self.name, scrape_id, observations, cache_stats])
             return await asyncio.wait_for(future, timeout=10.0)
         finally:
             self._scrapes.pop(scrape_id, None)

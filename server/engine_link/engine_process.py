@@ -166,17 +166,22 @@ class EngineServer:
         elif kind == "abort":
             self._abort(worker, message[2], message[3], message[4])
         elif kind == "http":
-            for observation in message[2]:
-                self.metrics.observe_http(*observation)
+            self._observe(worker, message[2], message[3])
         elif kind == "scrape":
-            for observation in message[3]:
-                self.metrics.observe_http(*observation)
+            self._observe(worker, message[3], message[4])
             self._answer(worker, ["scraped", message[2], self.metrics.render()])
         elif kind == "hello":
             self.workers.add(worker)
             self._last_state = b""  # the newcomer hears the state at once
         elif kind == "bye":
             self.workers.discard(worker)
+
+    def _observe(self, worker: bytes, observations: list[list[Any]], cache_stats: dict[str, Any]) -> None:
+        """A worker's HTTP answers and its result caches' counts, into the one registry."""
+        for observation in observations:
+            self.metrics.observe_http(*observation)
+        if cache_stats:
+            self.metrics.worker_cache_stats[worker.decode()] = cache_stats
 
     def _add(self, worker: bytes, model_index: int, encoded_calls: list[list[Any]]) -> None:
         engine = self.models.models[model_index].engine

@@ -1,6 +1,6 @@
 """``LinkedMetrics``: an API worker's metrics. The one registry is the engine process's: a worker batches
-its HTTP observations (one message per 50 ms at most) and asks the engine process for the text of
-``/metrics``, so every worker answers a scrape with the whole server's counters."""
+its HTTP observations (one message per 50 ms at most, with its result caches' counts) and asks the engine
+process for the text of ``/metrics``, so every worker answers a scrape with the whole server's counters."""
 
 from __future__ import annotations
 
@@ -11,6 +11,8 @@ from typing import Any
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
 from server.engine_link.client import EngineLink
+from server.metrics import ServerMetrics
+from server.model_registry import ModelRegistry
 from wde.engine.stats import StepStats
 from wde.outputs import RequestOutput
 
@@ -38,6 +40,13 @@ class LinkedMetrics:
         self._observations: list[list[Any]] = []
         self._flush_handle: asyncio.TimerHandle | None = None
         self._unobserved = _Unobserved()
+        self._models: ModelRegistry | None = None  # set by the app (``watch``): its result caches
+
+    def watch(self, models: ModelRegistry) -> None:
+        self._models = models
+
+    def _cache_stats(self) -> dict[str, dict[str, float]]:
+        return {} if self._models is None else ServerMetrics.cache_stats(self._models)
 
     def observe_http(self, model: str, route: str, method: str, status: str, seconds: float) -> None:
         """On the event loop (RequestPipeline)."""
@@ -59,7 +68,7 @@ class LinkedMetrics:
         self._flush_handle = None
         observations = self._take()
         if observations:
-            self._link.send(["http", self._link.name, observations])
+            self._link.send(["http", self._link.name, observations, self._cache_stats()])
 
     async def render_async(self) -> bytes:
-        return await self._link.scrape(self._take())
+        return await self._link.scrape(self._take(), self._cache_stats())

@@ -73,3 +73,17 @@ async def test_without_cache_size_info_says_off_and_the_metrics_stay_0(async_eng
     assert info["result_cache"] == {"size_mib": 0.0, "max_bytes": 0, "deduplicate": False}
     assert metrics["wde_cache_hits_total"] == metrics["wde_cache_deduplicated_total"] == 0
     assert metrics["wde_cache_bytes"] == 0
+
+
+async def test_an_api_workers_cache_is_counted_by_the_engine_process_metrics() -> None:
+    """--api-workers: the cache lives in the worker (beside the plans), /metrics in the engine process."""
+    from tests.server.linked_engine import engine_process_over
+
+    with engine_process_over([EngineArgs(cache_size=2)]) as (_, (engine,)):
+        async with asgi_client(engine) as (client, _):
+            await client.post("/embed", json={"inputs": TEXTS})
+            await client.post("/embed", json={"inputs": TEXTS})
+            metrics = samples((await client.get("/metrics")).text)
+    assert metrics["wde_cache_hits_total"] == len(TEXTS)
+    assert metrics["wde_cache_misses_total"] == len(TEXTS)
+    assert metrics["wde_cache_max_bytes"] == 2 * 2**20
