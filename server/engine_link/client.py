@@ -86,7 +86,7 @@ class EngineLink:
     def send_frames(self, frames: list[bytes]) -> None:
         with self._push_lock:
             if not self._closed:
-                self._push.send_multipart(frames, copy=False)
+                self._push.send_multipart(frames)  # copied: zero-copy frames cost more when small
 
     def close(self) -> None:
         """Say goodbye and close the sockets (the reader thread ends within a poll interval)."""
