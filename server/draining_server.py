@@ -16,6 +16,7 @@ from collections.abc import Sequence
 from types import FrameType
 
 import uvicorn
+from fastapi import FastAPI
 
 from server.app import create_app
 from server.app_state import AppState
@@ -93,26 +94,7 @@ def serve(
     sock = bind_listener(host, port)
     # 2. the app over the models; its engines start (loading on their threads) below
     app = create_app(models, settings)
-    config = uvicorn.Config(
-        app,
-        log_level=log_level,
-        # uvicorn waits float seconds (asyncio.wait_for); its annotation says int
-        timeout_graceful_shutdown=graceful_timeout,  # type: ignore[arg-type]
-        access_log=False,  # server/access_log.py logs one line per request instead
-        log_config=None,  # uvicorn's own lines in the format `wde serve` configured
-        **uvicorn_options(settings),
-    )
-    server = DrainingServer(config, app.state.wde)
-    # a dead engine stops the server (exit 1, for a supervisor); a wedged forward pass is logged: every
-    # engine is watched, those --max-loaded-models loads later too
-    monitors: list[EngineMonitor] = []
-
-    def watch(model: ServedModel, engine: AsyncLLMEngine) -> None:
-        monitor = EngineMonitor(engine, server, settings.exit_on_engine_failure, settings.max_batch_seconds)
-        monitors.append(monitor)
-        monitor.start()
-
-    models.add_engine_hook(watch)
+    server, monitors = monitored_server(app, settings, log_level, graceful_timeout)
     logger.info(
         "listening on %s; loading %s (GET /health answers 503 until the ready line); one process for HTTP "
         "and the engine (%s)",
@@ -137,6 +119,37 @@ def serve(
         raise StartupError(app.state.startup_error or "the server did not start (--log-level debug says why)")
     stopped = any(monitor.stopped_server.is_set() for monitor in monitors)
     return 1 if load_failed.is_set() or stopped else 0
+
+
+def monitored_server(
+    app: FastAPI,
+    settings: ServerSettings,
+    log_level: str,
+    graceful_timeout: float,
+    server_cls: type[DrainingServer] = DrainingServer,
+) -> tuple[DrainingServer, list[EngineMonitor]]:
+    """uvicorn over ``app`` as ``wde serve`` runs it (one process, or an API worker), and the monitors of
+    the engines its models make: a dead engine stops the server (exit 1, for a supervisor), a wedged
+    forward pass is logged; every engine is watched, those --max-loaded-models loads later too."""
+    config = uvicorn.Config(
+        app,
+        log_level=log_level,
+        # uvicorn waits float seconds (asyncio.wait_for); its annotation says int
+        timeout_graceful_shutdown=graceful_timeout,  # type: ignore[arg-type]
+        access_log=False,  # server/access_log.py logs one line per request instead
+        log_config=None,  # uvicorn's own lines in the format `wde serve` configured
+        **uvicorn_options(settings),
+    )
+    server = server_cls(config, app.state.wde)
+    monitors: list[EngineMonitor] = []
+
+    def watch(model: ServedModel, engine: AsyncLLMEngine) -> None:
+        monitor = EngineMonitor(engine, server, settings.exit_on_engine_failure, settings.max_batch_seconds)
+        monitors.append(monitor)
+        monitor.start()
+
+    app.state.wde.models.add_engine_hook(watch)
+    return server, monitors
 
 
 def _report_engine(

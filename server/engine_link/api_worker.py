@@ -15,22 +15,18 @@ from collections.abc import Sequence
 from multiprocessing.connection import Connection
 from types import FrameType
 
-import uvicorn
-
 from server.access_log import skip_unused_record_fields
 from server.app import create_app
-from server.draining_server import DrainingServer, exit_zero_on_signal
+from server.draining_server import DrainingServer, exit_zero_on_signal, monitored_server
 from server.engine_link.batch_link import BatchLink
 from server.engine_link.client import EngineLink
 from server.engine_link.in_flight import InFlightSlots
 from server.engine_link.linked_metrics import LinkedMetrics
 from server.engine_link.parent_death import end_with_parent
-from server.engine_monitor import EngineMonitor
 from server.log_setup import configure_logging
 from server.memory_release import limit_malloc_arenas
 from server.model_registry import ModelRegistry, ServedModel
 from server.settings import ServerSettings
-from server.uvicorn_options import uvicorn_options
 from wde.config import EngineConfig
 from wde.engine_args import EngineArgs
 from wde.entrypoints.async_llm_engine import AsyncLLMEngine
@@ -93,23 +89,7 @@ def main(
     app = create_app(
         models, settings, metrics=LinkedMetrics(link), in_flight_slots=slots, batch_link=batch_link
     )
-    config = uvicorn.Config(
-        app,
-        log_level=log_level,
-        timeout_graceful_shutdown=graceful_timeout,  # type: ignore[arg-type]
-        access_log=False,
-        log_config=None,
-        **uvicorn_options(settings),
-    )
-    server = WorkerServer(config, app.state.wde)
-    monitors: list[EngineMonitor] = []
-
-    def watch(model: ServedModel, engine: AsyncLLMEngine) -> None:
-        monitor = EngineMonitor(engine, server, settings.exit_on_engine_failure, settings.max_batch_seconds)
-        monitors.append(monitor)
-        monitor.start()
-
-    models.add_engine_hook(watch)
+    server, monitors = monitored_server(app, settings, log_level, graceful_timeout, WorkerServer)
     exit_zero_on_signal()
     server.run(sockets=sockets)
     if batch_link.is_owner:
