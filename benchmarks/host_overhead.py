@@ -23,6 +23,7 @@ import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from benchmarks.dataset import load_texts, shared_data_path
 
@@ -128,8 +129,11 @@ def measure(model: Path, texts: list[str], args: argparse.Namespace, dtype: str,
     llm = LLM(str(model), **engine_args)
     try:
         tokenizer = llm.engine.tokenizer
-        table.add(TOKENIZER_ROW, median_seconds(lambda: tokenizer.encode_batch(texts), args.repeats))
-        prompts = [{"prompt_token_ids": encoding.token_ids} for encoding in tokenizer.encode_batch(texts)]
+        inputs: list[Any] = list(texts)
+        table.add(TOKENIZER_ROW, median_seconds(lambda: tokenizer.encode_batch(inputs), args.repeats))
+        prompts: list[Any] = [
+            {"prompt_token_ids": encoding.token_ids} for encoding in tokenizer.encode_batch(inputs)
+        ]
         clock = ForwardTime(llm)
         from_ids = median_seconds(lambda: llm.encode(prompts), args.repeats)
         table.add(FROM_IDS_ROW, from_ids)
@@ -157,7 +161,7 @@ class ForwardTime:
         self.seconds = 0.0
         step = self.engine.step
 
-        def timed_step():  # type: ignore[no-untyped-def]
+        def timed_step():
             outputs = step()
             for batch in self.engine.last_step_stats.finished_batches:
                 self.seconds += batch.execute_seconds

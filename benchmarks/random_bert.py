@@ -10,6 +10,7 @@ import json
 import shutil
 import tempfile
 from pathlib import Path
+from typing import Any
 
 # transformers BertConfig fields of each size; "tiny" is for --smoke runs on a CPU
 BERT_SIZES: dict[str, dict[str, int]] = {
@@ -41,11 +42,16 @@ def write_random_bert(directory: Path, size: str, tokenizer_dir: Path, device: s
     try:  # sentence-transformers >= 6.1 (its old path warns)
         from sentence_transformers.sentence_transformer.modules import Normalize, Pooling, Transformer
     except ImportError:
-        from sentence_transformers.models import Normalize, Pooling, Transformer
+        from sentence_transformers.models import (  # type: ignore[no-redef]
+            Normalize,
+            Pooling,
+            Transformer,
+        )
     from transformers import BertConfig, BertModel
 
     vocab_size = json.loads((tokenizer_dir / "config.json").read_text())["vocab_size"]
-    config = BertConfig(vocab_size=vocab_size, max_position_embeddings=MAX_POSITIONS, **BERT_SIZES[size])
+    sizes: dict[str, Any] = BERT_SIZES[size]
+    config = BertConfig(vocab_size=vocab_size, max_position_embeddings=MAX_POSITIONS, **sizes)
     torch.manual_seed(SEED)
     with torch.device(device):
         model = BertModel(

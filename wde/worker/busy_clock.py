@@ -6,6 +6,7 @@ host, do not."""
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from typing import Protocol
 
 
@@ -20,7 +21,7 @@ class DeviceEvent(Protocol):
 
 
 class BusyClock:
-    def __init__(self, clock=time.perf_counter) -> None:  # type: ignore[no-untyped-def]
+    def __init__(self, clock: Callable[[], float] = time.perf_counter) -> None:
         self.clock = clock
         self.reset()
 

@@ -24,7 +24,7 @@ class GPUModelRunner(ModelRunnerBase):
         start.record()
         outputs = super().execute_model(batch)  # ends with the outputs' copy to the host
         end.record()
-        self.last_device_seconds = self.busy_clock.add(start, end)
+        self.last_device_seconds = self.busy_clock.add(start, end)  # type: ignore[arg-type]  # torch's Event
         return outputs
 
     def _cache_device_properties(self) -> None:

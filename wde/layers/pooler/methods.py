@@ -25,7 +25,8 @@ class PoolingMetadata:
         cu_seqlens = np.zeros(len(seq_lens) + 1, dtype=np.int64)
         np.cumsum(lens, out=cu_seqlens[1:])
         seq_ids = np.repeat(np.arange(len(seq_lens), dtype=np.int64), lens)
-        return cls(*(host_to_device(array, device) for array in (lens, cu_seqlens, seq_ids)), input_ids)
+        seq_lens_t, cu_seqlens_t, seq_ids_t = (host_to_device(a, device) for a in (lens, cu_seqlens, seq_ids))
+        return cls(seq_lens_t, cu_seqlens_t, seq_ids_t, input_ids)
 
 
 def host_to_device(array: np.ndarray, device: torch.device) -> torch.Tensor:
