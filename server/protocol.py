@@ -456,6 +456,11 @@ class EmbeddingRequest(RequestModel):
     max_active_dims: PositiveInt | None = Field(None, description="sparse output: keep the N largest weights")
     precision: Precision = Field("float32", description=PRECISION_HELP)
     long_input: LongInput | None = Field(None, description=LONG_INPUT_HELP)
+    task: str | None = Field(
+        None,
+        description="a model with task adapters (Jina v3: retrieval.query, retrieval.passage, separation, "
+        "classification, text-matching), as Jina's embeddings API takes it: that task's adapter and prompt",
+    )
 
 
 class SparseEmbedding(BaseModel):

@@ -37,6 +37,7 @@ logger = logging.getLogger("wde.server")
 
 MAX_RESTARTS = 5  # worker restarts within RESTART_WINDOW seconds before the server gives up (exit 1)
 RESTART_WINDOW = 60.0
+ENGINE_FAILURE_SECONDS = 3.0  # a worker's exit 1 (its engine died) to the engine process's own end
 ENGINE_STOP_SECONDS = 60.0  # the engine's own drain after the workers', before it is killed
 
 
@@ -196,10 +197,17 @@ class Supervisor:
                 return self._engine_ended()
             for index, process in list(self.workers.items()):
                 died = process.sentinel in ready and self.stop_signal is None
+                # a worker stops with 1 when the engine died: the engine process ends a moment later
+                if died and process.exitcode == 1 and self._engine_ends_within(ENGINE_FAILURE_SECONDS):
+                    return self._engine_ended()
                 if died and not self._replace(index, process):
                     self._stop_workers()
                     self._stop_engine()
                     return 1
+
+    def _engine_ends_within(self, seconds: float) -> bool:
+        self.engine.join(seconds)
+        return not self.engine.is_alive()
 
     def _replace(self, index: int, process: Any) -> bool:
         """Start a new worker in place of a dead one (False: too many deaths in a row: give up)."""

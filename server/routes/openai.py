@@ -15,6 +15,7 @@ from server.model_registry import EMBED
 from server.protocol import EmbeddingRequest, EmbeddingResponse, ModelList
 from server.responses import ORJSONResponse, dumps, streamed_json_array
 from server.routes import held_engine
+from wde.config import ModelConfig
 from wde.inputs import PoolingParams
 from wde.outputs import CombinedEmbeddingOutput, EmbeddingOutput, MultiVectorOutput, SparseEmbeddingOutput
 
@@ -37,9 +38,13 @@ async def create_embeddings(body: EmbeddingRequest, request: Request) -> Respons
         max_active_dims=body.max_active_dims,
         precision=None if body.precision == "float32" else body.precision,
         long_input=body.long_input,
+        prompt_name=body.task,  # a task is its adapter and its prompt, both named after it
     )
     async with state.models.use(body.model, EMBED) as model:  # 404 for a model not served
-        outputs = await held_engine(model).encode(body.input, params)
+        engine = held_engine(model)
+        if body.task is not None:
+            check_task(body.task, engine.info.model_config)
+        outputs = await engine.encode(body.input, params)
     # 3. the response: each kind as floats, or base64 of little-endian float32 (int32 sparse ids)
     base64_format = body.encoding_format == "base64"
     num_tokens = sum(output.num_tokens for output in outputs)
@@ -64,6 +69,18 @@ async def list_models(request: Request) -> ORJSONResponse:
         for name in state.models.names
     ]
     return ORJSONResponse({"object": "list", "data": cards})
+
+
+def check_task(task: str, model_config: ModelConfig) -> None:
+    """``task`` names one of the model's task adapters (ValueError naming the field: 422)."""
+    adapters = model_config.task_adapters
+    if adapters is None:
+        raise ValueError(
+            f"task {task!r}: this model has no task adapters (task is for models such as Jina v3); leave "
+            "task out"
+        )
+    if task not in adapters.names:
+        raise ValueError(f"task {task!r} is not a task of this model (known: {', '.join(adapters.names)})")
 
 
 def embedding_value(

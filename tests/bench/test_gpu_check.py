@@ -109,8 +109,8 @@ def test_bench_smoke_path_on_cpu(tmp_path: Path, data_dir: Path) -> None:
 
 @pytest.mark.slow
 def test_bench_smoke_path_with_the_server_on_cpu(tmp_path: Path, data_dir: Path) -> None:
-    """The whole smoke run: the bundled model too, and wde serve (one text per request at concurrency 64 and
-    256, 32 per request at 64; two client processes) against in-process."""
+    """The whole smoke run: the bundled model too, and wde serve with 1 and 2 API workers (one text per
+    request at concurrency 64 and 256, 32 per request at 64; two client processes) against in-process."""
     report = tmp_path / "bench.md"
     gpu_modes.main(
         [
@@ -120,9 +120,11 @@ def test_bench_smoke_path_with_the_server_on_cpu(tmp_path: Path, data_dir: Path)
     )
     text = report.read_text()
     assert "## all-MiniLM-L6-v2 (bundled)" in text
-    server_rows = [line for line in text.splitlines() if re.match(r"\| (1|32) \| (64|256) \| 16 \|", line)]
-    assert len(server_rows) == 3
-    assert all(row.split("|")[8].strip() == "0" for row in server_rows)  # no errors
+    server_rows = [
+        line for line in text.splitlines() if re.match(r"\| (1|2) \| (1|32) \| (64|256) \| 16 \|", line)
+    ]
+    assert [row.split("|")[1].strip() for row in server_rows] == ["1"] * 3 + ["2"] * 3  # API workers
+    assert all(row.split("|")[9].strip() == "0" for row in server_rows)  # no errors
 
 
 @pytest.mark.slow

@@ -404,3 +404,20 @@ async def test_a_task_over_http(dirs: dict[str, Path], no_lora_dir: Path) -> Non
     assert response.status_code == 422, response.text
     assert response.json()["error_type"] == "Validation"
     assert "prompt_name 'retrieval.passage' names a task adapter" in response.json()["error"]
+
+
+@pytest.mark.anyio
+async def test_a_task_in_openais_embeddings_body_as_jinas_api_takes_it(dirs: dict[str, Path]) -> None:
+    """/v1/embeddings' ``task`` (Jina's API field) picks the adapter and its prompt, as prompt_name does;
+    an unknown task is a 422 naming the field and the tasks there are."""
+    from tests.server.conftest import served_model
+
+    with llm_of(dirs["published/base"]) as llm:
+        expected = llm.encode(["x"], prompt_name="retrieval.query")[0].embedding
+    async with served_model(dirs["published/base"]) as client:
+        answer = await client.post("/v1/embeddings", json={"input": "x", "task": "retrieval.query"})
+        unknown = await client.post("/v1/embeddings", json={"input": "x", "task": "summarize"})
+    assert answer.status_code == 200, answer.text
+    assert max_abs_diff(np.asarray(answer.json()["data"][0]["embedding"]), expected) <= FP32_ATOL
+    assert unknown.status_code == 422, unknown.text
+    assert "task 'summarize' is not a task of this model (known: retrieval.query" in unknown.text

@@ -35,6 +35,14 @@ TOLERANCE = 1e-5
 # engine process and this process an API worker over it (`--api-workers 2` and more). The default suite runs
 # the server suites over both; WDE_TEST_ENGINES=local (or linked) runs one.
 ENGINE_MODES = tuple(os.environ.get("WDE_TEST_ENGINES", "local,linked").split(","))
+# suites where the engine's process does not matter (Ray Serve's replicas, the load generator): local only
+LOCAL_ONLY_MODULES = frozenset({"test_ray_serve.py", "test_bench_load.py"})
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        if item.path.name in LOCAL_ONLY_MODULES and "[linked" in item.name:
+            item.add_marker(pytest.mark.skip(reason="the engine's process does not matter to this suite"))
 
 
 @pytest.fixture(scope="session", params=ENGINE_MODES)

@@ -385,3 +385,10 @@ async def test_metrics_parse_and_count(async_engine: AsyncLLMEngine) -> None:
 def test_settings_are_checked() -> None:
     with pytest.raises(ValueError, match="max_concurrent_requests"):
         create_app(AsyncLLMEngine(EngineArgs()), ServerSettings(max_concurrent_requests=0))
+
+
+async def test_a_task_on_a_model_without_task_adapters_is_refused(async_engine: AsyncLLMEngine) -> None:
+    async with asgi_client(async_engine) as (client, _):
+        response = await client.post("/v1/embeddings", json={"input": "x", "task": "retrieval.query"})
+    assert response.status_code == 422, response.text
+    assert "this model has no task adapters" in response.json()["error"]["message"]
