@@ -27,6 +27,12 @@ Two layouts, one set of parameters:
 - transformers' (``JinaEmbeddingsV3Model``, ``"model_type": "jina_embeddings_v3"``): saved under the
   published names without the LoRA (transformers reverses its conversion on save), or as its modules name
   them (``layers.N.self_attn.q_proj``, ``post_attention_layernorm``, ``post_mlp_layernorm``, ...).
+
+The cross-encoder (``JinaEmbeddingsV3ForSequenceClassification``; published for the remote code as
+``XLMRobertaForSequenceClassification`` with Jina's config) is this encoder under ``roberta.`` and RoBERTa's
+head (``classifier.dense`` -> tanh -> ``classifier.out_proj`` on ``<s>``). transformers' class has no
+adapters; LoRA weights on its encoder are served as the embedder serves them (a score request names no
+prompt, so it runs with ``default_task``'s adapter, else the base weights); LoRA on the head is refused.
 """
 
 from __future__ import annotations
@@ -42,6 +48,7 @@ from wde.config import NO_ADAPTER, TaskAdapters
 from wde.layers.activation import get_act_fn
 from wde.layers.forward_context import get_forward_context
 from wde.layers.lora import AdapterRows, EmbeddingLora, LinearLora, TokenAdapters
+from wde.layers.pooler.methods import PoolingMetadata, cls_pool
 from wde.layers.rotary import rotary_self_attention
 from wde.models.gte import (
     BlockBiases,
@@ -53,17 +60,20 @@ from wde.models.gte import (
     GteRotaryEmbedding,
     refuse_settings,
 )
+from wde.models.interface import WdeModel
 from wde.models.model_files import checkpoint_tensor_names, weight_files
 from wde.models.nomic_bert import FLASH_BLOCK_RENAMES
 from wde.models.weight_names import WeightTarget, load_weights_by_name, strip_prefix
+from wde.models.xlm_roberta import ClassifierHead
 
 DEFAULT_ROPE_THETA = 20_000.0  # transformers' JinaEmbeddingsV3Config and the published rotary_emb_base
 WEIGHT_PREFIXES: tuple[str, ...] = ("roberta.",)
 # the fields that mark a config.json published for the remote code as Jina's, not a plain XLM-R
 JINA_MARKERS = ("lora_adaptations", "rotary_emb_base")
+_ORIGINAL = re.compile(r"\.parametrizations\.weight\.original$")
 # published names -> GTE's (gte.py then maps transformers' module names and fuses their q / k / v)
 _RENAMES = (
-    (re.compile(r"\.parametrizations\.weight\.original$"), ".weight"),
+    (_ORIGINAL, ".weight"),
     *FLASH_BLOCK_RENAMES,
     (re.compile(r"\.mixer\.Wqkv\."), ".attention.qkv_proj."),
     (re.compile(r"\.mixer\.out_proj\."), ".attention.o_proj."),
@@ -330,3 +340,63 @@ class JinaEmbeddingsV3Model(GteModel):
             adapters.set_adapters(pair["A"], pair["B"], scaling, params[name])
         self.num_adapters = len(names)
         self.default_adapter = NO_ADAPTER if task is None else names.index(task)
+
+
+class JinaEmbeddingsV3ForSequenceClassification(WdeModel):
+    """Cross-encoder (transformers' ``JinaEmbeddingsV3ForSequenceClassification``): Jina v3 with its task
+    adapters + RoBERTa's head (dense -> tanh -> out_proj on the first token) -> ``[num_seqs, num_labels]``."""
+
+    supported_tasks = ("score",)
+
+    def __init__(self, config: dict[str, Any]) -> None:
+        super().__init__(config)
+        self.roberta = JinaEmbeddingsV3Model(config)
+        self.classifier = ClassifierHead(config)
+
+    @classmethod
+    def standard_config(cls, hf_config: dict[str, Any]) -> dict[str, Any]:
+        return standard_config(hf_config)
+
+    @classmethod
+    def task_adapters(cls, hf_config: dict[str, Any], model_path: str) -> TaskAdapters | None:
+        return task_adapters(hf_config, tensor_names(model_path))
+
+    def forward(
+        self, input_ids: torch.Tensor, positions: torch.Tensor, token_type_ids: torch.Tensor | None = None
+    ) -> torch.Tensor:
+        return self.roberta(input_ids, positions, token_type_ids)  # [num_tokens, hidden_size]
+
+    def compute_logits(self, hidden_states: torch.Tensor, meta: PoolingMetadata) -> torch.Tensor:
+        return self.classifier(cls_pool(hidden_states, meta))  # [num_seqs, num_labels]
+
+    def compile_blocks(self) -> None:
+        self.roberta.compile_blocks()
+
+    def load_weights(self, weights: Iterable[tuple[str, torch.Tensor]]) -> set[str]:
+        """The encoder's tensors (and their LoRA) loaded by the encoder, the head's here."""
+        head: list[tuple[str, torch.Tensor]] = []
+        loaded = self.roberta.load_weights(self._encoder_weights(weights, head))
+        loaded_head = load_weights_by_name(self.classifier, head, self._head_target)
+        return {f"roberta.{name}" for name in loaded} | {f"classifier.{name}" for name in loaded_head}
+
+    @staticmethod
+    def _encoder_weights(
+        weights: Iterable[tuple[str, torch.Tensor]], head: list[tuple[str, torch.Tensor]]
+    ) -> Iterator[tuple[str, torch.Tensor]]:
+        """Every tensor but the head's, which are set aside in ``head``."""
+        for name, tensor in weights:
+            if name.startswith("classifier."):
+                head.append((name, tensor))
+            else:
+                yield name, tensor
+
+    @staticmethod
+    def _head_target(name: str) -> WeightTarget:
+        """``classifier.dense.weight`` (or its ``parametrizations.weight.original``) -> ``dense.weight``."""
+        if _LORA.match(name):
+            raise ValueError(
+                f"Jina v3 checkpoint has a LoRA tensor on its classification head ({name}); wde adapts the "
+                "encoder only (as the remote code's LoRA wrapper does): merge the head's adapter into its "
+                "weight before serving"
+            )
+        return _ORIGINAL.sub(".weight", name.removeprefix("classifier.")), None

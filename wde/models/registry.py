@@ -13,7 +13,11 @@ from wde.models.eurobert import EuroBertForMaskedLM, EuroBertForSequenceClassifi
 from wde.models.gemma3 import Gemma3TextModel
 from wde.models.gte import GteForSequenceClassification, GteModel
 from wde.models.interface import WdeModel
-from wde.models.jina_embeddings_v3 import JinaEmbeddingsV3Model, is_jina_layout
+from wde.models.jina_embeddings_v3 import (
+    JinaEmbeddingsV3ForSequenceClassification,
+    JinaEmbeddingsV3Model,
+    is_jina_layout,
+)
 from wde.models.mistral import MistralForCausalLM, MistralModel
 from wde.models.modernbert import ModernBertForSequenceClassification, ModernBertModel
 from wde.models.mpnet import MPNetForSequenceClassification, MPNetModel
@@ -62,20 +66,27 @@ MODEL_REGISTRY: dict[str, type[WdeModel]] = {
     "NomicBertForSequenceClassification": NomicBertForSequenceClassification,
     "JinaEmbeddingsV3Model": JinaEmbeddingsV3Model,
     "XLMRobertaLoRA": JinaEmbeddingsV3Model,  # Jina v3 as published (remote code, xlm-roberta-flash)
+    "JinaEmbeddingsV3ForSequenceClassification": JinaEmbeddingsV3ForSequenceClassification,
 }
-# Jina v3 is also published as "XLMRobertaModel": its config's RoPE / adapters route it to its own class
-XLM_R_NAMES = ("XLMRobertaModel", "RobertaModel")
+# Jina v3 is also published under XLM-R's names: its config's RoPE / adapters route it to its own classes
+JINA_CLASSES_OF_XLM_R_NAMES: dict[str, type[WdeModel]] = {
+    "XLMRobertaModel": JinaEmbeddingsV3Model,
+    "RobertaModel": JinaEmbeddingsV3Model,
+    "XLMRobertaForSequenceClassification": JinaEmbeddingsV3ForSequenceClassification,
+    "RobertaForSequenceClassification": JinaEmbeddingsV3ForSequenceClassification,
+}
 
 
 def resolve_architecture(
     architectures: list[str] | None, model_path: str, hf_config: dict[str, Any] | None = None
 ) -> tuple[str, type[WdeModel]]:
     """The first of config.json's ``architectures`` that wde serves, and its class; with ``hf_config``, a
-    Jina v3 config under XLM-R's architecture name gets Jina's class (never plain XLM-R's, which lacks its
+    Jina v3 config under an XLM-R architecture name gets Jina's class (never plain XLM-R's, which lacks its
     RoPE and adapters)."""
     for architecture in architectures or []:
-        if architecture in XLM_R_NAMES and hf_config is not None and is_jina_layout(hf_config):
-            return architecture, JinaEmbeddingsV3Model
+        jina_cls = JINA_CLASSES_OF_XLM_R_NAMES.get(architecture)
+        if jina_cls is not None and hf_config is not None and is_jina_layout(hf_config):
+            return architecture, jina_cls
         if architecture in MODEL_REGISTRY:
             return architecture, MODEL_REGISTRY[architecture]
     raise ValueError(
