@@ -123,19 +123,23 @@ def lora_pair(name: str, shape: torch.Size, generator: torch.Generator) -> tuple
     return 0.1 * torch.randn(a_shape, generator=generator), 0.1 * torch.randn(b_shape, generator=generator)
 
 
-def save_published(native: Path, path: Path, task: str | None) -> Path:
+def save_published(
+    native: Path, path: Path, task: str | None, published_keys: dict[str, Any] = PUBLISHED_KEYS
+) -> Path:
     """The native folder as the Hub repo has it (with ``default_task`` when ``task``), and the native folder
-    with that task's LoRA merged (the reference) at ``path``-merged."""
+    with that task's LoRA merged (the reference) at ``path``-merged. A classifier's encoder is under
+    ``roberta.`` already, its head (``classifier.``) has no LoRA."""
     shutil.copytree(native, path)
     weights = load_file(native / "model.safetensors")
     generator = torch.Generator().manual_seed(SEED)
     published, merged = {}, {}
     for name, tensor in sorted(weights.items()):
         merged[name] = tensor
+        bare = name.removeprefix("roberta.")
         if not is_adapted(name):
-            published[f"roberta.{name}"] = tensor
+            published[name if name.startswith("classifier.") else f"roberta.{bare}"] = tensor
             continue
-        module = f"roberta.{name.removesuffix('.weight')}.parametrizations.weight"
+        module = f"roberta.{bare.removesuffix('.weight')}.parametrizations.weight"
         lora_a, lora_b = lora_pair(name, tensor.shape, generator)
         published |= {
             f"{module}.original": tensor,
@@ -148,7 +152,7 @@ def save_published(native: Path, path: Path, task: str | None) -> Path:
             merged[name] = tensor + LORA_ALPHA / LORA_RANK * delta
     save_file(published, str(path / "model.safetensors"))
     config = json.loads((native / "config.json").read_text())
-    config = {key: value for key, value in config.items() if key != "rope_parameters"} | PUBLISHED_KEYS
+    config = {key: value for key, value in config.items() if key != "rope_parameters"} | published_keys
     if task is not None:
         config["default_task"] = task
     (path / "config.json").write_text(json.dumps(config, indent=2))
