@@ -27,6 +27,7 @@ import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
+import wde
 from tests.models.family_checks import (
     CPU_BACKEND_NAMES,
     assert_close_to_sentence_transformers,
@@ -351,18 +352,27 @@ def test_a_mixed_batch_equals_each_single(dirs: dict[str, Path]) -> None:
     texts = training_texts()[:9]
     tasks = [TASKS[0], TASKS[1], None] * 3
     with llm_of(dirs["published/base"]) as llm:
-        singles = [
-            llm.encode([text], prompt_name=task)[0].embedding for text, task in zip(texts, tasks, strict=True)
-        ]
-        for i, (text, task) in enumerate(zip(texts, tasks, strict=True)):
-            llm.engine.add_request(str(i), text, PoolingParams(prompt_name=task))
-        outputs = {output.request_id: output for output in llm.engine.step()}
-        assert llm.engine.last_step_stats.num_scheduled_seqs == len(texts)  # one batch
-        while llm.engine.has_unfinished_requests():
-            outputs |= {output.request_id: output for output in llm.engine.step()}
-    mixed = np.stack([outputs[str(i)].embedding for i in range(len(texts))])  # type: ignore[union-attr]
-    assert max_abs_diff(mixed, np.stack(singles)) <= FP32_ATOL
+        singles = encode_each(llm, texts, tasks)
+        mixed = encode_in_one_batch(llm, texts, tasks)
+    assert max_abs_diff(mixed, singles) <= FP32_ATOL
     assert max_abs_diff(singles[0], singles[1]) > 1e-2  # the tasks differ (a guard on the test itself)
+
+
+def encode_each(llm: wde.LLM, texts: list[str], tasks: list[str | None]) -> np.ndarray:
+    """Each text alone with its task: ``[num_texts, hidden_size]``."""
+    pairs = zip(texts, tasks, strict=True)
+    return np.stack([llm.encode([text], prompt_name=task)[0].embedding for text, task in pairs])
+
+
+def encode_in_one_batch(llm: wde.LLM, texts: list[str], tasks: list[str | None]) -> np.ndarray:
+    """The texts with their tasks, queued together and run as one batch: ``[num_texts, hidden_size]``."""
+    for i, (text, task) in enumerate(zip(texts, tasks, strict=True)):
+        llm.engine.add_request(str(i), text, PoolingParams(prompt_name=task))
+    outputs = {output.request_id: output for output in llm.engine.step()}
+    assert llm.engine.last_step_stats.num_scheduled_seqs == len(texts)  # one batch
+    while llm.engine.has_unfinished_requests():
+        outputs |= {output.request_id: output for output in llm.engine.step()}
+    return np.stack([outputs[str(i)].embedding for i in range(len(texts))])  # type: ignore[union-attr]
 
 
 def test_a_task_the_checkpoint_lacks_is_refused(no_lora_dir: Path) -> None:
@@ -374,6 +384,43 @@ def test_a_task_the_checkpoint_lacks_is_refused(no_lora_dir: Path) -> None:
         ):
             llm.encode(["x"], prompt_name="separation")
         assert llm.encode(["x"])[0].embedding.shape == (SIZES["hidden_size"],)
+
+
+# ---- int8 --------------------------------------------------------------------------------------------------
+# int8 block linears (qkv, output, fc1, fc2; the adapters beside them stay float32) on this tiny model: max
+# abs ~6.6e-3 from float32 in a normalized embedding, min cosine ~0.9998, for the base weights and every task.
+# The bound leaves 3x room, and stays far below how far two tasks' embeddings lie apart (~8e-2 max abs): an
+# adapter lost under quantization fails it.
+INT8_ATOL = 2e-2
+
+
+@pytest.mark.slow  # int8 compiles its matmuls
+def test_int8_close_to_float32_with_each_task_and_a_mixed_batch(dirs: dict[str, Path]) -> None:
+    """Under int8 each request still runs with its task adapter: one task's embeddings and a mixed-task
+    batch's are within INT8_ATOL (and test_int8's MIN_COSINE_TINY) of float32's; the mixed batch equals each
+    request alone within test_int8's BATCH_TOLERANCE (int8's per-token scales do not see batch-mates, but
+    attention's last-bit rounding in a padded group can move one activation an int8 step; measured <= 2.7e-4),
+    far below a wrong adapter's ~8e-2."""
+    from tests.models.test_int8 import BATCH_TOLERANCE, MIN_COSINE_TINY
+    from wde.layers.quantization.int8_linear import Int8Linear
+
+    texts = training_texts()[:NUM_TEXTS]
+    mixed_tasks = [None, *TASKS, TASKS[0], None]
+    with llm_of(dirs["published/base"]) as exact, llm_of(dirs["published/base"], quantization="int8") as int8:
+        linears = [m for m in int8.engine.runner.model.modules() if isinstance(m, Int8Linear)]
+        assert len(linears) == 4 * SIZES["num_hidden_layers"]
+        got = np.stack([output.embedding for output in int8.encode(texts, prompt_name=TASKS[0])])
+        expected = np.stack([output.embedding for output in exact.encode(texts, prompt_name=TASKS[0])])
+        other_task = np.stack([output.embedding for output in exact.encode(texts, prompt_name=TASKS[1])])
+        mixed = encode_in_one_batch(int8, texts[: len(mixed_tasks)], mixed_tasks)
+        singles = encode_each(int8, texts[: len(mixed_tasks)], mixed_tasks)
+        mixed_expected = encode_in_one_batch(exact, texts[: len(mixed_tasks)], mixed_tasks)  # == singles
+    assert max_abs_diff(got, expected) <= INT8_ATOL
+    assert (got * expected).sum(axis=1).min() >= MIN_COSINE_TINY  # both normalized
+    assert max_abs_diff(got, other_task) > 2 * INT8_ATOL  # the adapter matters (a guard on the test)
+    assert max_abs_diff(mixed, mixed_expected) <= INT8_ATOL
+    assert (mixed * mixed_expected).sum(axis=1).min() >= MIN_COSINE_TINY
+    assert max_abs_diff(mixed, singles) <= BATCH_TOLERANCE
 
 
 @pytest.mark.shared_data  # the issue's acceptance text: real documents, not the generated corpus
