@@ -207,6 +207,14 @@ def _constrain_to_model(
                 else [{"type": "null"}],
                 "description": "a prompt of this model (config_sentence_transformers.json)",
             }
+        if "task" in properties:  # /v1/embeddings: Jina's field, a task adapter of this model
+            tasks = model_config.task_adapters.names if model_config.task_adapters is not None else ()
+            properties["task"] = {
+                "anyOf": [{"type": "string", "enum": list(tasks)}, {"type": "null"}]
+                if tasks
+                else [{"type": "null"}],
+                "description": "a task adapter of this model (Jina v3's lora_adaptations)",
+            }
     for name, field in (
         ("RerankRequest", "texts"),
         ("CohereRerankRequest", "documents"),
