@@ -79,6 +79,14 @@ class Exchange:
         self.response_started = False
         self.response_complete = False
         self.forwarded = False  # by another API worker, which admitted, counted and logged it (step 9)
+        # the admission slot's release (step 6), called once: before the answer's last body message goes
+        # out, so that a client's next request never finds its own finished one still counted
+        self.release: Callable[[], None] | None = None
+
+    def release_slot(self) -> None:
+        release, self.release = self.release, None
+        if release is not None:
+            release()
 
     async def send_observed(self, message: Message) -> None:
         kind = message["type"]
@@ -97,8 +105,11 @@ class Exchange:
         elif kind == "http.response.body":
             if self.head:
                 message = {**message, "body": b""}
+            last = not message.get("more_body", False)
+            if last:
+                self.release_slot()
             await self.app_downstream(message)
-            if not message.get("more_body", False):
+            if last:
                 self.response_complete = True
             return
         await self.app_downstream(message)
@@ -334,10 +345,11 @@ class RequestPipeline:
             )
             await error_response(error, path, settings.retry_after_seconds)(scope, receive, exchange.send_app)
             return
+        exchange.release = state.release
         try:
             await self._app(scope, receive, exchange)
         finally:
-            state.release()
+            exchange.release_slot()
 
     async def _app(self, scope: Scope, receive: Receive, exchange: Exchange) -> None:
         if exchange.head:

@@ -82,6 +82,20 @@ def test_the_admission_bound_counts_the_requests_of_every_worker(tmp_path: Path)
 
 
 @pytest.mark.slow
+def test_one_request_after_another_is_never_refused_at_a_bound_of_1(tmp_path: Path) -> None:
+    """A request's slot is given back before its answer's last bytes leave: the client's next request, on
+    a new connection that may reach the other worker, finds nothing in flight."""
+    args = ("--api-workers", "2", "--max-concurrent-requests", "1")
+    with serve_process(tmp_path, *args) as server:
+        server.wait_healthy()
+        statuses = [
+            httpx.post(f"{server.url}/embed", json={"inputs": "one at a time"}, timeout=TIMEOUT).status_code
+            for _ in range(60)
+        ]
+    assert statuses == [200] * 60, statuses
+
+
+@pytest.mark.slow
 def test_a_dead_engine_process_ends_the_server_with_1(tmp_path: Path) -> None:
     with serve_process(tmp_path, "--api-workers", "2", env={"WDE_LOG_LEVEL": "info"}) as server:
         server.wait_healthy()
