@@ -111,6 +111,22 @@ def test_a_dead_engine_process_ends_the_server_with_1(tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
+def test_a_model_that_fails_to_load_in_the_engine_process_ends_the_server_with_1(tmp_path: Path) -> None:
+    """Weights that pass the start-up checks but cannot be read: the engine process says why and ends with
+    1, the workers stop, the parent exits 1 (as one process exits 1 when its model fails to load)."""
+    from tests.tiny_models import save_tiny_bert
+
+    path = save_tiny_bert(tmp_path / "bert")
+    (path / "model.safetensors").write_bytes(b"not a safetensors file")
+    with serve_process(tmp_path, str(path), "--api-workers", "2", env={"WDE_LOG_LEVEL": "info"}) as server:
+        status = server.wait(TIMEOUT)
+        log = server.log()
+    assert status == 1, log
+    assert "the model failed to load, stopping the server" in log, log
+    assert "the engine process ended (exit 1)" in log, log
+
+
+@pytest.mark.slow
 def test_a_dead_worker_is_replaced_and_the_server_goes_on(tmp_path: Path) -> None:
     with serve_process(tmp_path, "--api-workers", "2", env={"WDE_LOG_LEVEL": "info"}) as server:
         server.wait_healthy()
