@@ -288,10 +288,10 @@ class EngineThread:
             # 2. one step when there is work to run now
             if engine.has_unfinished_requests() and engine.hold_seconds() is None:
                 outputs = engine.step()
-                # published before answering: a caller never sees counts older than its answer
+                # counts and metrics before answering: a caller never sees either older than its answer
                 self._publish_counts(engine)
-                self._deliver(outputs)
                 self._notify(engine.last_step_stats, outputs)
+                self._deliver(outputs)
 
     def _publish_counts(self, engine: LLMEngine) -> None:
         self.counts = EngineCounts(engine.num_waiting, engine.get_num_unfinished_requests())
