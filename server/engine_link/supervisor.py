@@ -32,6 +32,7 @@ from server.model_registry import ModelRegistry
 from server.settings import ServerSettings
 from wde.config import EngineConfig
 from wde.engine_args import EngineArgs
+from wde.platforms.cores import usable_cores
 
 logger = logging.getLogger("wde.server")
 
@@ -47,7 +48,7 @@ def choose_api_workers(
     """(workers, why) for --api-workers: the number given, or auto's choice from the cores and device."""
     if setting != "auto":
         return int(setting), "--api-workers"
-    num_cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    num_cores = usable_cores()
     on_gpu = any(config.device_config.device.startswith("cuda") for _, config in served)
     if num_cores <= 2:
         return 1, f"auto: {num_cores} cores (the engine needs them; HTTP stays in its process)"

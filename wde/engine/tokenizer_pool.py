@@ -12,6 +12,8 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Generic, TypeVar
 
+from wde.platforms.cores import usable_cores
+
 Item = TypeVar("Item")
 Result = TypeVar("Result")
 
@@ -27,11 +29,7 @@ def default_tokenizer_workers(device_type: str) -> int:
         return 0
     if os.environ.get("TOKENIZERS_PARALLELISM", "").lower() not in ("false", "0", "off", "no"):
         return 1
-    try:
-        num_cores = len(os.sched_getaffinity(0))
-    except AttributeError:  # not Linux
-        num_cores = os.cpu_count() or 1
-    return max(1, num_cores - 1)
+    return max(1, usable_cores() - 1)
 
 
 class Chunk(Generic[Item, Result]):
