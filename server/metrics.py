@@ -276,11 +276,11 @@ class ResultCacheCollector:
         for metric, kind, help_text, _ in self.FAMILIES:
             family_class = CounterMetricFamily if kind == "counter" else GaugeMetricFamily
             families.append(family_class(metric, help_text, labels=["model"]))
+        local = ServerMetrics.cache_stats(self.models)
         for model in self.models.loaded():
-            reuse = model.loaded_engine.result_reuse
-            stats = None if reuse is None else reuse.stats()
+            sources = [local, *self.worker_stats.values()]  # this process's caches, then each API worker's
             for family, (_, _, _, stat) in zip(families, self.FAMILIES, strict=True):
-                value = 0 if stats is None else getattr(stats, stat)
-                value += sum(worker.get(model.name, {}).get(stat, 0) for worker in self.worker_stats.values())
-                family.add_metric([model.name], value)
+                family.add_metric(
+                    [model.name], sum(source.get(model.name, {}).get(stat, 0) for source in sources)
+                )
         yield from families
