@@ -7,7 +7,10 @@ alone and leaves the engine as it was. Errors name the input's position and the 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from itertools import chain
 from typing import Any
+
+import numpy as np
 
 from wde.config import ModelConfig
 from wde.engine.errors import InputTooLongError
@@ -41,10 +44,12 @@ class InputProcessor:
         truncate = self.model_config.truncate if params.truncate is None else params.truncate
         if not isinstance(truncate, bool):
             raise TypeError(f"truncate must be a bool, got {_type_name(truncate)}")
-        return [
+        requests = [
             self._make_request(request_id, position, prompt, params, truncate)
             for position, (request_id, prompt) in enumerate(zip(request_ids, prompts, strict=True))
         ]
+        self._check_vocabulary(requests)
+        return requests
 
     # 2. one input --------------------------------------------------------------------------------
     def _make_request(
@@ -89,7 +94,8 @@ class InputProcessor:
             raise TypeError(f"{where}: expected a list of int, got {describe(token_ids)}")
         if len(token_ids) == 0:
             raise ValueError(f"{where}: is empty; pass at least one token id")
-        _check_int_range(where, token_ids, self.model_config.vocab_size, "token id", "the vocabulary ")
+        if set(map(type, token_ids)) != {int}:  # the range: for the whole call at once (_check_vocabulary)
+            _check_int_range(where, token_ids, self.model_config.vocab_size, "token id", "the vocabulary ")
         max_model_len = self.model_config.max_model_len
         if len(token_ids) > max_model_len and not truncate:
             raise InputTooLongError(
@@ -97,6 +103,24 @@ class InputProcessor:
                 "and truncation is off; shorten the input or pass truncate=True"
             )
         return token_ids if isinstance(token_ids, list) else list(token_ids)
+
+    def _check_vocabulary(self, requests: list[Request]) -> None:
+        """Every given token id inside the vocabulary: one vectorized range check over the call's ids; the
+        per-input walk runs only to name the first bad one."""
+        id_lists = [request.token_ids for request in requests if request.token_ids is not None]
+        if not id_lists:
+            return
+        vocab_size = self.model_config.vocab_size
+        try:
+            flat = np.fromiter(chain.from_iterable(id_lists), np.int64, sum(map(len, id_lists)))
+            if flat.min() >= 0 and flat.max() < vocab_size:
+                return
+        except OverflowError:  # beyond int64: certainly outside; the walk below words it
+            pass
+        for position, request in enumerate(requests):
+            if request.token_ids is not None:
+                where = f"inputs[{position}].prompt_token_ids"
+                _check_int_range(where, request.token_ids, vocab_size, "token id", "the vocabulary ")
 
     def _check_type_ids(self, position: int, type_ids: Any, num_tokens: int) -> list[int]:
         where = f"inputs[{position}].token_type_ids"

@@ -166,20 +166,22 @@ class Scheduler:
         self, queue: deque[Request], budget: TokenBudget, limit: TokenBudget | None, output: SchedulerOutput
     ) -> bool:
         """Admit from the head of ``queue``; True when it emptied (a lower priority may follow)."""
+        now = time.monotonic()  # each admitted request's scheduled_time: a metric, beside arrival_time
         while queue:
             request = queue[0]
             if request.status == RequestStatus.FAILED:
                 output.failed_requests.append(queue.popleft())
                 continue
-            if not request.ready or not budget.can_add(request.num_tokens):
+            if not request.ready:
                 return False
-            if limit is not None and not limit.can_add(request.num_tokens):
+            num_tokens = request.num_tokens
+            if not budget.can_add(num_tokens) or (limit is not None and not limit.can_add(num_tokens)):
                 return False
-            budget.add(request.num_tokens)
+            budget.add(num_tokens)
             if limit is not None:
-                limit.add(request.num_tokens)
+                limit.add(num_tokens)
             request.status = RequestStatus.RUNNING
-            request.scheduled_time = time.monotonic()  # a metric, beside arrival_time
+            request.scheduled_time = now
             output.scheduled_requests.append(queue.popleft())
         return True
 

@@ -26,7 +26,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from wde.config import NO_ADAPTER
-from wde.layers.pooler.methods import host_to_device
+from wde.layers.host_copy import host_to_device
 
 
 @dataclass(frozen=True)

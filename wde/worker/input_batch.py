@@ -12,8 +12,9 @@ import torch
 from wde.config import TaskAdapters
 from wde.inputs import PoolingParams
 from wde.layers.attention.backend import AttentionBackend, AttentionMetadata
+from wde.layers.host_copy import host_to_device
 from wde.layers.lora import TokenAdapters
-from wde.layers.pooler.methods import PoolingMetadata, host_to_device
+from wde.layers.pooler.methods import PoolingMetadata
 from wde.request import Request
 
 

@@ -80,3 +80,16 @@ def test_describe_names_what_came() -> None:
     assert describe(None) == "None"
     assert describe([1, 2]) == "a list of 2 items"
     assert describe({"b": 1, "a": 2}) == "a dict with keys ['a', 'b']"
+
+
+def test_the_vocabulary_check_of_a_call_names_the_first_input_outside_it() -> None:
+    # the range is checked over every input's ids at once; the error still names the input and the index
+    prompts = [
+        {"prompt_token_ids": [101, 7, 102]},
+        {"prompt_token_ids": [5, 6]},
+        {"prompt_token_ids": [9, 30522]},
+    ]
+    with pytest.raises(ValueError, match=r"inputs\[2\]\.prompt_token_ids\[1\]: token id 30522 is outside"):
+        _processor().process(["a", "b", "c"], prompts, PoolingParams())
+    requests = _processor().process(["a", "b"], prompts[:2], PoolingParams())
+    assert [r.token_ids for r in requests] == [[101, 7, 102], [5, 6]]

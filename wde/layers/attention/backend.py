@@ -11,9 +11,11 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from typing import ClassVar, Protocol
 
+import numpy as np
 import torch
 
 from wde.layers.attention.spec import AttentionSpec
+from wde.layers.host_copy import host_to_device
 
 
 @dataclass
@@ -82,9 +84,10 @@ class AttentionBackend(ABC):
                 f"the {cls.name} attention backend attends to every token; inputs with unattended tokens "
                 "(ColBERT query expansion with attend=False) need --attention-backend torch_sdpa or naive"
             )
-        cu_seqlens = torch.zeros(len(seq_lens) + 1, dtype=torch.int32)
-        torch.cumsum(torch.tensor(seq_lens, dtype=torch.int32), dim=0, out=cu_seqlens[1:])
-        return AttentionMetadata(seq_lens, cu_seqlens.to(device, non_blocking=True), max(seq_lens), num_keys)
+        # built in numpy: torch's small CPU ops cost more in dispatch than in work
+        cu_seqlens = np.zeros(len(seq_lens) + 1, dtype=np.int32)
+        np.cumsum(seq_lens, out=cu_seqlens[1:])
+        return AttentionMetadata(seq_lens, host_to_device(cu_seqlens, device), max(seq_lens), num_keys)
 
     @abstractmethod
     def forward(

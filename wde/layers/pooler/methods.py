@@ -8,6 +8,8 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from wde.layers.host_copy import host_to_device
+
 
 @dataclass
 class PoolingMetadata:
@@ -27,15 +29,6 @@ class PoolingMetadata:
         seq_ids = np.repeat(np.arange(len(seq_lens), dtype=np.int64), lens)
         seq_lens_t, cu_seqlens_t, seq_ids_t = (host_to_device(a, device) for a in (lens, cu_seqlens, seq_ids))
         return cls(seq_lens_t, cu_seqlens_t, seq_ids_t, input_ids)
-
-
-def host_to_device(array: np.ndarray, device: torch.device) -> torch.Tensor:
-    """Host array -> device tensor; on CUDA through pinned memory (torch's caching host allocator) so the
-    copy is asynchronous."""
-    tensor = torch.from_numpy(array)
-    if device.type == "cpu":
-        return tensor
-    return tensor.pin_memory().to(device, non_blocking=True)
 
 
 def cls_pool(hidden: torch.Tensor, meta: PoolingMetadata) -> torch.Tensor:

@@ -18,6 +18,7 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
 import torch
 
 from wde.platforms.cpu_flags import cpu_flags
@@ -147,7 +148,8 @@ def head_size_reason(head_size: int) -> str:
 
 def work_order(seq_lens: list[int]) -> torch.Tensor:
     """Sequence indices, longest first: the kernel's dynamic schedule then balances its threads."""
-    return torch.tensor(sorted(range(len(seq_lens)), key=lambda s: -seq_lens[s]), dtype=torch.int64)
+    order = np.argsort(-np.asarray(seq_lens, dtype=np.int64), kind="stable")  # ties: batch order
+    return torch.from_numpy(order)
 
 
 def varlen_attention(
