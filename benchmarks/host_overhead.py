@@ -41,6 +41,13 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--dtype", default=None, help="default: float32 on cpu, float16 on cuda")
     parser.add_argument("--executor", default=None, choices=["sync", "async"])
     parser.add_argument("--tokenizer-workers", type=int, default=None, help="default: the engine's")
+    parser.add_argument(
+        "--tokenizer-processes",
+        type=int,
+        default=None,
+        help="also from text with this many tokenizer processes (wde --tokenizer-processes) in a second "
+        "engine; default: on cuda the usable cores minus one, on cpu none (0: no such row)",
+    )
     parser.add_argument("--repeats", type=int, default=3, help="timed passes per row (the median is kept)")
     parser.add_argument("--no-peer", action="store_true", help="skip sentence-transformers")
     return parser
@@ -145,11 +152,41 @@ def measure(model: Path, texts: list[str], args: argparse.Namespace, dtype: str,
         table.add_share("GPU busy share, from text", clock.per_pass(1 + args.repeats)[1])
     finally:
         llm.engine.shutdown()
+    num_processes = tokenizer_processes(args)
+    if num_processes:
+        measure_from_text(model, texts, args, {**engine_args, "tokenizer_processes": num_processes}, table)
     if not args.no_peer:
         table.add(
             "sentence-transformers encode (batch 32)",
             sentence_transformers_seconds(model, texts, args, dtype),
         )
+
+
+def tokenizer_processes(args: argparse.Namespace) -> int:
+    if args.tokenizer_processes is not None:
+        return args.tokenizer_processes
+    from wde.platforms.cores import usable_cores
+
+    return max(1, usable_cores() - 1) if args.device == "cuda" else 0
+
+
+def measure_from_text(
+    model: Path, texts: list[str], args: argparse.Namespace, engine_args: dict[str, object], table: Table
+) -> None:
+    """From text in a second engine with tokenizer processes (the tokenizer's Python objects off the
+    engine's GIL): the row to set against ``FROM_TEXT_ROW``."""
+    from wde import LLM
+
+    llm = LLM(str(model), **engine_args)
+    try:
+        clock = ForwardTime(llm)
+        name = f"{FROM_TEXT_ROW}, tokenizer processes: {engine_args['tokenizer_processes']}"
+        table.add(name, median_seconds(lambda: llm.encode(texts), args.repeats))
+        table.add_share(
+            "GPU busy share, from text with tokenizer processes", clock.per_pass(1 + args.repeats)[1]
+        )
+    finally:
+        llm.engine.shutdown()
 
 
 class ForwardTime:

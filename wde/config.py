@@ -349,6 +349,8 @@ class SchedulerConfig:
     max_batch_wait_seconds: float = 0.0
     # threads of the engine's TokenizerPool (wde/engine/tokenizer_pool.py); 0: tokenize on the engine thread
     tokenizer_workers: int = 0
+    # processes that tokenize instead of the threads (wde/engine/tokenizer_processes.py); 0: none
+    tokenizer_processes: int = 0
 
     def __post_init__(self) -> None:
         if self.max_num_lookahead == 0:
@@ -367,6 +369,10 @@ class SchedulerConfig:
             raise ValueError(f"max_num_lookahead ({self.max_num_lookahead}) must be >= 1")
         if self.tokenizer_workers < 0:
             raise ValueError(f"tokenizer_workers ({self.tokenizer_workers}) must be >= 0 (0: no threads)")
+        if self.tokenizer_processes < 0:
+            raise ValueError(
+                f"tokenizer_processes ({self.tokenizer_processes}) must be >= 0 (0: tokenize in this process)"
+            )
         if self.max_batch_wait_seconds < 0:
             raise ValueError(f"max_batch_wait_ms ({self.max_batch_wait_seconds * 1e3:g}) must be >= 0")
 

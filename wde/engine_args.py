@@ -101,6 +101,12 @@ class EngineArgs:
         "as tokenizers spreads each call over the cores (with TOKENIZERS_PARALLELISM=false: the cores this "
         "process may use, minus one)",
     )
+    tokenizer_processes: int = flag(
+        0,
+        help="processes that tokenize ahead of the scheduler instead of the threads (each loads its own copy "
+        "of the tokenizer; ids come back as arrays): the engine's GIL no longer pays for each text's Python "
+        "objects, for a GPU host whose one engine thread is the limit (0: tokenize in this process)",
+    )
     attention_backend: str = flag(
         "auto",
         help=f"one of {', '.join(ATTENTION_BACKEND_NAMES)} (auto: the platform's best available one that "
@@ -254,6 +260,7 @@ class EngineArgs:
                 tokenizer_workers=default_tokenizer_workers(platform.device_type)
                 if self.tokenizer_workers is None
                 else self.tokenizer_workers,
+                tokenizer_processes=self.tokenizer_processes,
                 budget_reason="set explicitly"
                 if self.max_num_batched_tokens
                 else f"{platform.device_type} default",

@@ -9,6 +9,8 @@ from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass, field
 
+import numpy as np
+
 from wde.inputs import PoolingParams
 from wde.outputs import TokenizeSpan
 
@@ -19,6 +21,11 @@ PRIORITY_BATCH = 1  # the Batch API's lines: run when no interactive request wai
 # The priority of what the current asyncio task (or thread) submits: read where a submission is made
 # (``engine_thread.Call``), so that a caller can lower it around code it does not own (a route handler).
 submission_priority: ContextVar[int] = ContextVar("wde_submission_priority", default=PRIORITY_INTERACTIVE)
+
+# A request's token ids: a list (the in-process tokenizer's, or cut and extended by the RequestProcessor) or
+# a 1-D integer array (a view of the call's checked ids, or of a tokenizer process's output): the batch
+# concatenates arrays and walks lists.
+TokenIds = list[int] | np.ndarray
 
 
 @contextmanager
@@ -45,8 +52,8 @@ class Request:
     # Exactly one of text / text_pair / token_ids is set by the InputProcessor.
     text: str | None = None
     text_pair: tuple[str, str] | None = None
-    token_ids: list[int] | None = None
-    token_type_ids: list[int] | None = None
+    token_ids: TokenIds | None = None
+    token_type_ids: TokenIds | None = None
     params: PoolingParams = field(default_factory=PoolingParams)
     truncate: bool = True
     arrival_time: float = field(default_factory=time.monotonic)

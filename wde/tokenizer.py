@@ -58,6 +58,9 @@ class Tokenizer:
         self._untruncated: tokenizers.Tokenizer | None = None
         self._variants: OrderedDict[Truncation, tokenizers.Tokenizer] = OrderedDict()
         self._variants_lock = threading.Lock()  # the tokenizer threads share the copies
+        # where from_pretrained loaded it from, and the special tokens it added (a tokenizer process loads
+        # the same); None for one built from a tokenizers object
+        self.source: tuple[Path, tuple[str, ...]] | None = None
 
     @classmethod
     def from_pretrained(
@@ -70,6 +73,7 @@ class Tokenizer:
         """The folder's fast tokenizer; ``special_tokens`` are added as special (never split, never
         normalized)."""
         tokenizer = cls._load(Path(path), max_length, pair_truncation)
+        tokenizer.source = (Path(path), tuple(special_tokens))
         if special_tokens:
             tokenizer.backend.add_special_tokens(
                 [tokenizers.AddedToken(token, special=True, normalized=False) for token in special_tokens]

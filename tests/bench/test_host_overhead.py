@@ -16,7 +16,8 @@ from tests.tiny_models import training_texts
 def test_rows_are_printed_as_measured(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     data = tmp_path / "docs.jsonl"
     data.write_text("".join(json.dumps({"text": text}) + "\n" for text in training_texts()[:30]))
-    host_overhead.main(["--data", str(data), "--num-texts", "60", "--repeats", "1", "--no-peer"])
+    argv = ["--data", str(data), "--num-texts", "60", "--repeats", "1", "--no-peer"]
+    host_overhead.main([*argv, "--tokenizer-processes", "1"])
     out = capsys.readouterr().out
     rows = {
         match[1].strip(): float(match[2].replace(",", ""))
@@ -28,6 +29,7 @@ def test_rows_are_printed_as_measured(tmp_path: Path, capsys: pytest.CaptureFixt
         "of which execute_model (forward + pooling + output copy)",
         "host work beside the forward",
         host_overhead.FROM_TEXT_ROW,
+        f"{host_overhead.FROM_TEXT_ROW}, tokenizer processes: 1",
     }
     from_ids, forward = (
         rows[host_overhead.FROM_IDS_ROW],

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 
@@ -149,6 +151,34 @@ def test_tokenizer_threads_give_identical_embeddings_and_tokenize_each_text_once
     assert np.array_equal(embeddings(inline.encode(docs)), embeddings(threaded.encode(docs)))
     assert sum(calls) == len(docs)  # every text once
     threaded.engine.shutdown()
+
+
+def test_tokenizer_processes_give_identical_embeddings_pairs_and_truncation_included(tmp_path: Path) -> None:
+    """Texts tokenized in processes (ids back as arrays) equal those tokenized on the engine thread: texts,
+    a cut text, and a text pair's reranking (type ids crossing as arrays)."""
+    from tests.tiny_models import save_tiny_bert, training_texts
+
+    docs = [*training_texts(), "long " * 600]
+    inline = LLM(tokenizer_workers=0, max_num_batched_tokens=2048, max_num_seqs=16)
+    processes = LLM(tokenizer_processes=2, max_num_batched_tokens=2048, max_num_seqs=16)
+    try:
+        pool = processes.engine.request_processor.pool
+        assert type(pool).__name__ == "TokenizerProcesses"
+        assert np.array_equal(embeddings(inline.encode(docs)), embeddings(processes.encode(docs)))
+        query = "what is a fast file carver"
+        inline_scores = [out.score for out in inline.score(query, docs)]
+        assert [out.score for out in processes.score(query, docs)] == inline_scores
+        cross = save_tiny_bert(tmp_path, seed=7, architecture="BertForSequenceClassification", num_labels=1)
+        inline_cross = LLM(str(cross), tokenizer_workers=0, max_num_seqs=16)
+        processes_cross = LLM(str(cross), tokenizer_processes=2, max_num_seqs=16)
+        expected = [out.score for out in inline_cross.score(query, docs)]
+        # the same tokens; the batches may be cut elsewhere (the processes answer later), so float32
+        # sums may differ in the last bits: 1e-6, as batch against single elsewhere
+        got = [out.score for out in processes_cross.score(query, docs)]
+        np.testing.assert_allclose(got, expected, rtol=0, atol=1e-6)
+        processes_cross.engine.shutdown()
+    finally:
+        processes.engine.shutdown()
 
 
 def test_engine_step_loop_and_abort(default_llm: LLM) -> None:

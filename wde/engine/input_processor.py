@@ -106,21 +106,28 @@ class InputProcessor:
 
     def _check_vocabulary(self, requests: list[Request]) -> None:
         """Every given token id inside the vocabulary: one vectorized range check over the call's ids; the
-        per-input walk runs only to name the first bad one."""
-        id_lists = [request.token_ids for request in requests if request.token_ids is not None]
-        if not id_lists:
+        per-input walk runs only to name the first bad one. Each request then holds a view of the checked
+        array, which the batch concatenates without walking the ids again."""
+        given = [request for request in requests if request.token_ids is not None]
+        if not given:
             return
         vocab_size = self.model_config.vocab_size
+        id_lists = [request.token_ids for request in given]
+        lens = list(map(len, id_lists))  # type: ignore[arg-type]
         try:
-            flat = np.fromiter(chain.from_iterable(id_lists), np.int64, sum(map(len, id_lists)))
+            flat = np.fromiter(chain.from_iterable(id_lists), np.int64, sum(lens))  # type: ignore[arg-type]
             if flat.min() >= 0 and flat.max() < vocab_size:
+                start = 0
+                for request, num_ids in zip(given, lens, strict=True):
+                    request.token_ids = flat[start : start + num_ids]
+                    start += num_ids
                 return
         except OverflowError:  # beyond int64: certainly outside; the walk below words it
             pass
         for position, request in enumerate(requests):
             if request.token_ids is not None:
                 where = f"inputs[{position}].prompt_token_ids"
-                _check_int_range(where, request.token_ids, vocab_size, "token id", "the vocabulary ")
+                _check_int_range(where, list(request.token_ids), vocab_size, "token id", "the vocabulary ")
 
     def _check_type_ids(self, position: int, type_ids: Any, num_tokens: int) -> list[int]:
         where = f"inputs[{position}].token_type_ids"
@@ -130,9 +137,7 @@ class InputProcessor:
         return list(type_ids)
 
 
-def _check_int_range(
-    where: str, values: list[Any] | tuple[Any, ...], limit: int, noun: str, name: str
-) -> None:
+def _check_int_range(where: str, values: Sequence[Any], limit: int, noun: str, name: str) -> None:
     """Every value an int (not a bool) in [0, limit): ``map`` / ``set`` / ``min`` / ``max`` walk the list
     in C; the per-item walk in Python runs only to word the error."""
     if set(map(type, values)) == {int} and min(values) >= 0 and max(values) < limit:

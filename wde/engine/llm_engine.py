@@ -11,13 +11,14 @@ import logging
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from wde.config import EngineConfig
+from wde.config import EngineConfig, SchedulerConfig
 from wde.engine.executor import EXECUTORS, BatchResult, Executor, ModelRunner
 from wde.engine.forward_clock import ForwardClock
 from wde.engine.memory_trimmer import MemoryTrimmer
 from wde.engine.scheduler import SchedulerOutput
 from wde.engine.stats import BatchStats, StepStats
-from wde.engine.tokenizer_pool import TokenizerPool
+from wde.engine.tokenizer_pool import EncoderPool, TokenizerPool
+from wde.engine.tokenizer_processes import TokenizerProcesses
 from wde.engine.workflow import Workflow, get_workflow
 from wde.inputs import PoolingParams, PromptType, TextPair
 from wde.outputs import RequestOutput
@@ -37,16 +38,15 @@ class LLMEngine:
         is_padded: bool,
         use_pool: bool = False,
     ) -> None:
-        """``use_pool``: tokenize ahead on ``tokenizer_workers`` threads, where there are any
-        (``from_engine_config`` asks for it)."""
+        """``use_pool``: tokenize ahead on ``tokenizer_processes`` processes, else on ``tokenizer_workers``
+        threads, where there are any (``from_engine_config`` asks for it)."""
         self.engine_config = engine_config
         self.model_config = engine_config.model_config
         self.workflow = workflow
         self.tokenizer = tokenizer
         self.runner = runner
         self.input_processor = workflow.input_processor(self.model_config)
-        num_workers = engine_config.scheduler_config.tokenizer_workers
-        pool = TokenizerPool(num_workers) if use_pool and num_workers > 0 else None
+        pool = _tokenizer_pool(engine_config.scheduler_config, tokenizer) if use_pool else None
         self.request_processor = workflow.request_processor(self.model_config, tokenizer, pool)
         self.scheduler = workflow.scheduler(engine_config.scheduler_config, self.request_processor, is_padded)
         self.executor: Executor = EXECUTORS[engine_config.device_config.executor](runner)
@@ -214,3 +214,11 @@ class LLMEngine:
     def shutdown(self) -> None:
         self.executor.shutdown()
         self.request_processor.shutdown()
+
+
+def _tokenizer_pool(scheduler_config: SchedulerConfig, tokenizer: Tokenizer) -> EncoderPool | None:
+    if scheduler_config.tokenizer_processes > 0:
+        return TokenizerProcesses(scheduler_config.tokenizer_processes, tokenizer)
+    if scheduler_config.tokenizer_workers > 0:
+        return TokenizerPool(scheduler_config.tokenizer_workers, tokenizer)
+    return None

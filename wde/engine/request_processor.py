@@ -1,19 +1,28 @@
 """Lazy tokenization: the scheduler hands over a lookahead window; its texts go in batched calls, on the
-tokenizer threads ahead of need where the engine has a ``TokenizerPool``."""
+tokenizer threads (or processes) ahead of need where the engine has a pool."""
 
 from __future__ import annotations
 
+import logging
 import time
 from collections import deque
 from collections.abc import Sequence
 
 from wde.config import ModelConfig
 from wde.engine.errors import InputTooLongError
-from wde.engine.tokenizer_pool import MIN_SLICE, Chunk, TokenizerPool
+from wde.engine.tokenizer_pool import (
+    MIN_SLICE,
+    Chunk,
+    EncoderPool,
+    Encoding,
+    Span,
+    TokenizerInput,
+    encode_inputs,
+)
 from wde.request import Request
-from wde.tokenizer import TextInput, TokenizedInput, Tokenizer, Truncation
+from wde.tokenizer import TextInput, Tokenizer
 
-Encoding = TokenizedInput | Exception
+logger = logging.getLogger(__name__)
 MIN_PREFETCH = 64  # texts handed to the threads ahead of need at least (one batched call's worth)
 
 
@@ -25,13 +34,13 @@ class RequestProcessor:
     while the engine runs batches, as soon as it holds enough texts for a batched call to pay."""
 
     def __init__(
-        self, model_config: ModelConfig, tokenizer: Tokenizer, pool: TokenizerPool | None = None
+        self, model_config: ModelConfig, tokenizer: Tokenizer, pool: EncoderPool | None = None
     ) -> None:
         self.model_config = model_config
         self.tokenizer = tokenizer
         self.pool = pool
         self._template_tail_ids: list[int] | None = None
-        self._chunks: deque[Chunk[Request, tuple[TextInput, Encoding]]] = deque()  # in submission order
+        self._chunks: deque[tuple[list[Request], Chunk]] = deque()  # in submission order
 
     def process(self, requests: Sequence[Request]) -> int:
         """Make the front of ``requests`` (the scheduler's window, in scheduling order) ready; returns how
@@ -70,55 +79,51 @@ class RequestProcessor:
             self.pool.shutdown()
 
     def _tokenize_now(self, requests: list[Request]) -> int:
-        """Tokenize ``requests`` before returning: inline when few, else split over the pool's threads."""
+        """Tokenize ``requests`` before returning: inline when few, else split over the pool."""
         if self.pool is None or len(requests) <= MIN_SLICE:
             start = time.monotonic()
-            texts, encodings = self._encode_requests(requests)
-            self._keep_all(requests, texts, encodings, (start, time.monotonic()))
+            inputs = self._inputs(requests)
+            self._keep_all(requests, inputs, encode_inputs(self.tokenizer, inputs), (start, time.monotonic()))
             return len(requests)
-        chunk = self._submit(requests)
-        return self._collect(wait_for=chunk.items[-1])
+        self._submit(requests)
+        return self._collect(wait_for=requests[-1])
 
-    def _submit(self, requests: list[Request]) -> Chunk[Request, tuple[TextInput, Encoding]]:
+    def _submit(self, requests: list[Request]) -> None:
         assert self.pool is not None
         for request in requests:
             request.tokenizing = True
-        chunk = self.pool.submit(self._encode_slice, requests)
-        self._chunks.append(chunk)
-        return chunk
+        self._chunks.append((requests, self.pool.submit(self._inputs(requests))))
 
     def _collect(self, wait_for: Request | None) -> int:
         """Keep the results of the chunks that are done, oldest first; with ``wait_for``, wait for the
         chunks up to the one holding it. Returns how many requests got their results."""
         num_done = 0
-        while self._chunks and (self._chunks[0].done() or (wait_for is not None and wait_for.tokenizing)):
-            chunk = self._chunks.popleft()
-            results, span = chunk.results()
-            texts = [text for text, _ in results]
-            encodings = [encoding for _, encoding in results]
-            self._keep_all(chunk.items, texts, encodings, span)
-            num_done += len(chunk.items)
+        while self._chunks and (self._chunks[0][1].done() or (wait_for is not None and wait_for.tokenizing)):
+            requests, chunk = self._chunks.popleft()
+            try:
+                encodings, span = chunk.results()
+            except Exception as e:  # a pool that broke (a tokenizer process died): encode them here
+                logger.warning("the tokenizer pool failed (%r); tokenizing %d inputs here", e, len(requests))
+                start = time.monotonic()
+                encodings, span = encode_inputs(self.tokenizer, chunk.inputs), (start, time.monotonic())
+            self._keep_all(requests, chunk.inputs, encodings, span)
+            num_done += len(requests)
         return num_done
 
-    def _encode_slice(self, requests: list[Request]) -> list[tuple[TextInput, Encoding]]:
-        """On a tokenizer thread: each request's tokenizer input and its encoding (reads the requests,
-        never writes them: the engine thread keeps the results)."""
-        texts, encodings = self._encode_requests(requests)
-        return list(zip(texts, encodings, strict=True))
-
-    def _encode_requests(self, requests: list[Request]) -> tuple[list[TextInput], list[Encoding]]:
-        texts = [self._tokenizer_input(request) for request in requests]
-        return texts, self._encode_window(requests, texts)
+    def _inputs(self, requests: list[Request]) -> list[TokenizerInput]:
+        """Each request's tokenizer input and truncation (on the engine thread: reads the requests)."""
+        max_model_len = self.model_config.max_model_len
+        return [(self._tokenizer_input(r), r.params.truncation(max_model_len)) for r in requests]
 
     def _keep_all(
         self,
         requests: list[Request],
-        texts: list[TextInput],
+        inputs: list[TokenizerInput],
         encodings: list[Encoding],
-        span: tuple[float, float],
+        span: Span,
     ) -> None:
         """Keep or fail each result (on the engine thread)."""
-        for request, text, encoding in zip(requests, texts, encodings, strict=True):
+        for request, (text, _), encoding in zip(requests, inputs, encodings, strict=True):
             request.tokenizing = False
             request.ready = True
             if isinstance(encoding, Exception):
@@ -135,28 +140,6 @@ class RequestProcessor:
             self._apply_side(request)
             if encoding.truncated and request.text_pair is not None and self.model_config.pair_template:
                 self._restore_template_tail(request)
-
-    def _encode_window(self, requests: list[Request], texts: list[TextInput]) -> list[Encoding]:
-        """Each text's encoding, or the error for one the tokenizer refused; one call per truncation."""
-        groups: dict[Truncation | None, list[int]] = {}
-        for index, request in enumerate(requests):
-            truncation = request.params.truncation(self.model_config.max_model_len)
-            groups.setdefault(truncation, []).append(index)
-        by_position: dict[int, Encoding] = {}
-        for truncation, indices in groups.items():
-            group = [texts[index] for index in indices]
-            try:
-                encodings: list[Encoding] = list(self.tokenizer.encode_batch(group, truncation))
-            except Exception:  # one input the tokenizer refuses must not fail the window: find it alone
-                encodings = [self._encode_one(text, truncation) for text in group]
-            by_position.update(zip(indices, encodings, strict=True))
-        return [by_position[index] for index in range(len(texts))]
-
-    def _encode_one(self, text: TextInput, truncation: Truncation | None) -> Encoding:
-        try:
-            return self.tokenizer.encode_batch([text], truncation)[0]
-        except Exception as e:
-            return e
 
     def _tokenizer_input(self, request: Request) -> TextInput:
         if request.text_pair is not None:
@@ -222,9 +205,10 @@ class RequestProcessor:
         if self._template_tail_ids is None:
             tail = self.model_config.pair_template.rsplit("{document}", 1)[-1]  # type: ignore[union-attr]
             self._template_tail_ids = self.tokenizer.untruncated().encode(tail, add_special_tokens=False).ids
-        tail_ids, token_ids = self._template_tail_ids, request.token_ids or []
+        tail_ids, token_ids = self._template_tail_ids, request.token_ids
         max_length = request.params.max_input_tokens or self.model_config.max_model_len
-        request.token_ids = [*token_ids[: max_length - len(tail_ids)], *tail_ids]
+        kept = [] if token_ids is None else token_ids[: max_length - len(tail_ids)]
+        request.token_ids = [*kept, *tail_ids]
         request.token_type_ids = [0] * len(request.token_ids)
 
     def _truncate_token_ids(self, request: Request) -> None:

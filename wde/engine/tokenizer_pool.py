@@ -1,8 +1,10 @@
-"""Tokenizer threads: the engine hands over a chunk of waiting requests and goes on scheduling and running
-batches while they are tokenized. ``tokenizers`` releases the GIL while it encodes, so the threads run
-beside the engine thread (and beside the forward on a GPU); a chunk is split into one slice per thread.
-Within one call ``tokenizers`` also spreads the texts over its own threads, unless
-``TOKENIZERS_PARALLELISM=false``: then these threads are the only parallelism."""
+"""Tokenizer threads: the engine hands over a chunk of waiting requests' tokenizer inputs and goes on
+scheduling and running batches while they are tokenized. ``tokenizers`` releases the GIL while it encodes,
+so the threads run beside the engine thread (and beside the forward on a GPU); a chunk is split into one
+slice per thread. Within one call ``tokenizers`` also spreads the texts over its own threads, unless
+``TOKENIZERS_PARALLELISM=false``: then these threads are the only parallelism. What the threads cannot
+shed is the GIL each encoding's Python objects take; ``tokenizer_processes.py`` runs the same work in
+processes."""
 
 from __future__ import annotations
 
@@ -10,12 +12,16 @@ import os
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
-from typing import Generic, TypeVar
+from typing import Any, Protocol
 
 from wde.platforms.cores import usable_cores
+from wde.tokenizer import TextInput, TokenizedInput, Tokenizer, Truncation
 
-Item = TypeVar("Item")
-Result = TypeVar("Result")
+# One request's tokenizer input: the text (or pair) with its prompt or template, and how it is cut (None: to
+# the engine's max_model_len from the right)
+TokenizerInput = tuple[TextInput, Truncation | None]
+Encoding = TokenizedInput | Exception  # an input the tokenizer refused keeps its error, alone
+Span = tuple[float, float]  # a slice's encode, start and end (time.monotonic: one clock for every process)
 
 MIN_SLICE = 32  # texts per thread at least: below this a slice costs more in hand-over than it saves
 
@@ -32,55 +38,101 @@ def default_tokenizer_workers(device_type: str) -> int:
     return max(1, usable_cores() - 1)
 
 
-class Chunk(Generic[Item, Result]):
-    """One hand-over: its items, and per slice a future of (results, (start, end) of the encode)."""
+class Chunk:
+    """One hand-over: its inputs, and per slice a future of (that slice's result, its span); ``unpack``
+    turns a slice's result into its encodings (a tokenizer process sends arrays, not objects)."""
 
-    def __init__(self, items: list[Item], futures: list[Future[tuple[list[Result], tuple[float, float]]]]):
-        self.items = items
+    def __init__(
+        self,
+        inputs: list[TokenizerInput],
+        futures: list[Future[tuple[Any, Span]]],
+        unpack: Callable[[Any], list[Encoding]] | None = None,
+    ) -> None:
+        self.inputs = inputs
         self.futures = futures
+        self.unpack = unpack
 
     def done(self) -> bool:
         return all(future.done() for future in self.futures)
 
-    def results(self) -> tuple[list[Result], tuple[float, float]]:
-        """Every item's result in order (waits for the slices), and the span the slices took together."""
-        results: list[Result] = []
+    def results(self) -> tuple[list[Encoding], Span]:
+        """Every input's encoding in order (waits for the slices), and the span the slices took together;
+        raises what a slice raised."""
+        encodings: list[Encoding] = []
         starts, ends = [], []
         for future in self.futures:
-            slice_results, (start, end) = future.result()
-            results.extend(slice_results)
+            result, (start, end) = future.result()
+            encodings.extend(result if self.unpack is None else self.unpack(result))
             starts.append(start)
             ends.append(end)
-        return results, (min(starts), max(ends))
+        return encodings, (min(starts), max(ends))
+
+
+class EncoderPool(Protocol):
+    """What the RequestProcessor hands chunks to: ``TokenizerPool`` (threads) or ``TokenizerProcesses``."""
+
+    def submit(self, inputs: Sequence[TokenizerInput]) -> Chunk: ...
+
+    def shutdown(self) -> None: ...
 
 
 class TokenizerPool:
-    def __init__(self, num_workers: int) -> None:
+    def __init__(self, num_workers: int, tokenizer: Tokenizer) -> None:
         if num_workers < 1:
             raise ValueError(f"tokenizer_workers ({num_workers}) must be >= 1")
         self.num_workers = num_workers
+        self.tokenizer = tokenizer
         self._pool = ThreadPoolExecutor(num_workers, thread_name_prefix="wde-tokenize")
 
-    def submit(
-        self, encode: Callable[[list[Item]], list[Result]], items: Sequence[Item]
-    ) -> Chunk[Item, Result]:
-        """Start ``encode`` over ``items``, one slice per thread (at least ``MIN_SLICE`` items each)."""
-        items = list(items)
-        num_slices = max(1, min(self.num_workers, len(items) // MIN_SLICE))
-        size = -(-len(items) // num_slices)
+    def submit(self, inputs: Sequence[TokenizerInput]) -> Chunk:
+        """Start encoding ``inputs``, one slice per thread (at least ``MIN_SLICE`` inputs each)."""
+        inputs = list(inputs)
         futures = [
-            self._pool.submit(_timed, encode, items[start : start + size])
-            for start in range(0, len(items), size)
+            self._pool.submit(_timed, encode_inputs, self.tokenizer, part)
+            for part in slices(inputs, self.num_workers)
         ]
-        return Chunk(items, futures)
+        return Chunk(inputs, futures)
 
     def shutdown(self) -> None:
         self._pool.shutdown(wait=True, cancel_futures=True)
 
 
+def slices(inputs: list[TokenizerInput], num_workers: int) -> list[list[TokenizerInput]]:
+    """One slice per worker, at least ``MIN_SLICE`` inputs each, in order."""
+    num_slices = max(1, min(num_workers, len(inputs) // MIN_SLICE))
+    size = -(-len(inputs) // num_slices)
+    return [inputs[start : start + size] for start in range(0, len(inputs), size)]
+
+
+def encode_inputs(tokenizer: Tokenizer, inputs: Sequence[TokenizerInput]) -> list[Encoding]:
+    """Each input's encoding, or the error for one the tokenizer refused; one batched call per truncation
+    (a call that raises is redone one input at a time, so that the refused input fails alone)."""
+    groups: dict[Truncation | None, list[int]] = {}
+    for index, (_, truncation) in enumerate(inputs):
+        groups.setdefault(truncation, []).append(index)
+    by_position: dict[int, Encoding] = {}
+    for truncation, indices in groups.items():
+        group = [inputs[index][0] for index in indices]
+        try:
+            encodings: list[Encoding] = list(tokenizer.encode_batch(group, truncation))
+        except Exception:
+            encodings = [_encode_one(tokenizer, text, truncation) for text in group]
+        by_position.update(zip(indices, encodings, strict=True))
+    return [by_position[index] for index in range(len(inputs))]
+
+
+def _encode_one(tokenizer: Tokenizer, text: TextInput, truncation: Truncation | None) -> Encoding:
+    try:
+        return tokenizer.encode_batch([text], truncation)[0]
+    except Exception as e:
+        return e
+
+
 def _timed(
-    encode: Callable[[list[Item]], list[Result]], items: list[Item]
-) -> tuple[list[Result], tuple[float, float]]:
+    encode: Callable[[Tokenizer, list[TokenizerInput]], list[Encoding]],
+    tokenizer: Tokenizer,
+    inputs: list[TokenizerInput],
+) -> tuple[list[Encoding], Span]:
     start = time.monotonic()
-    results = encode(items)
-    return results, (start, time.monotonic())
+    encodings = encode(tokenizer, inputs)
+    return encodings, (start, time.monotonic())

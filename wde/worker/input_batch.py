@@ -3,6 +3,7 @@ CPU, dummy sequences after them may round the token count up to a row bucket (wd
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from itertools import chain
 
@@ -15,7 +16,7 @@ from wde.layers.attention.backend import AttentionBackend, AttentionMetadata
 from wde.layers.host_copy import host_to_device
 from wde.layers.lora import TokenAdapters
 from wde.layers.pooler.methods import PoolingMetadata
-from wde.request import Request
+from wde.request import Request, TokenIds
 
 
 @dataclass
@@ -56,24 +57,20 @@ class InputBatch:
         num_rows = num_tokens + sum(padding_lens)
         # 1. token ids, back to back (dummy sequences: zeros)
         input_ids = np.zeros(num_rows, np.int64)
-        input_ids[:num_tokens] = np.fromiter(
-            chain.from_iterable(request.token_ids or () for request in requests), np.int64, num_tokens
-        )
+        input_ids[:num_tokens] = _flat_ids([request.token_ids for request in requests], num_tokens)
         # 2. positions restart at 0 for every sequence
         lens = np.asarray(seq_lens, dtype=np.int64)
         starts = np.cumsum(lens) - lens
         positions = np.arange(num_rows, dtype=np.int64) - np.repeat(starts, lens)
         # 3. segment ids only where some request has a second segment
         token_type_ids = None
-        if any(request.token_type_ids and any(request.token_type_ids) for request in requests):
+        if any(_any_nonzero(request.token_type_ids) for request in requests):
             type_ids = np.zeros(num_rows, np.int64)
-            type_ids[:num_tokens] = np.fromiter(
-                chain.from_iterable(
-                    request.token_type_ids or [0] * request.num_tokens for request in requests
-                ),
-                np.int64,
-                num_tokens,
-            )
+            type_id_lists = [
+                [0] * request.num_tokens if request.token_type_ids is None else request.token_type_ids
+                for request in requests
+            ]
+            type_ids[:num_tokens] = _flat_ids(type_id_lists, num_tokens)
             token_type_ids = host_to_device(type_ids, device)
         input_ids_on_device = host_to_device(input_ids, device)
         num_keys = _num_keys(requests)
@@ -97,6 +94,20 @@ class InputBatch:
             num_padding_tokens=num_rows - num_tokens,
             adapters=adapters,
         )
+
+
+def _flat_ids(id_lists: Sequence[TokenIds | None], num_tokens: int) -> np.ndarray:
+    """The sequences' ids back to back: arrays (checked or tokenized in a process) are concatenated, lists
+    walked once in C; every sequence has ids here."""
+    if all(isinstance(ids, np.ndarray) for ids in id_lists):
+        return np.concatenate(id_lists) if id_lists else np.zeros(0, np.int64)  # type: ignore[arg-type]
+    return np.fromiter(chain.from_iterable(id_lists), np.int64, num_tokens)  # type: ignore[arg-type]
+
+
+def _any_nonzero(ids: TokenIds | None) -> bool:
+    if ids is None:
+        return False
+    return bool(ids.any()) if isinstance(ids, np.ndarray) else any(ids)
 
 
 def _num_keys(requests: list[Request]) -> list[int] | None:

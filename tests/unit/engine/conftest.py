@@ -161,7 +161,7 @@ class FakeRunner:
         bad = [request.request_id for request in batch if request.request_id in self.poisoned]
         if bad:
             raise RuntimeError(f"forward pass broken by {bad}")
-        return [float(sum(request.token_ids or ())) for request in batch]
+        return [float(sum(request.token_ids if request.token_ids is not None else ())) for request in batch]
 
     def capture_while_idle(self, is_idle: Callable[[], bool]) -> int:
         self.num_captures += 1

@@ -24,7 +24,7 @@ def test_texts_prompts_and_token_ids_become_requests() -> None:
     assert [r.request_id for r in requests] == ["a", "b", "c"]
     assert requests[0].text == "hello" and not requests[0].is_tokenized
     assert requests[1].text == "world"
-    assert requests[2].token_ids == [101, 7, 102] and requests[2].token_type_ids == [0, 0, 0]
+    assert list(requests[2].token_ids) == [101, 7, 102] and requests[2].token_type_ids == [0, 0, 0]
     assert all(r.truncate for r in requests)
 
 
@@ -92,4 +92,4 @@ def test_the_vocabulary_check_of_a_call_names_the_first_input_outside_it() -> No
     with pytest.raises(ValueError, match=r"inputs\[2\]\.prompt_token_ids\[1\]: token id 30522 is outside"):
         _processor().process(["a", "b", "c"], prompts, PoolingParams())
     requests = _processor().process(["a", "b"], prompts[:2], PoolingParams())
-    assert [r.token_ids for r in requests] == [[101, 7, 102], [5, 6]]
+    assert [list(r.token_ids) for r in requests] == [[101, 7, 102], [5, 6]]

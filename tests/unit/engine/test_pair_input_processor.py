@@ -18,7 +18,7 @@ def test_pairs_single_texts_and_token_ids() -> None:
     )
     assert requests[0].text_pair == ("query", "document") and requests[0].text is None
     assert requests[1].text == "one text" and requests[1].text_pair is None
-    assert requests[2].token_ids == [101, 102]
+    assert list(requests[2].token_ids) == [101, 102]
 
 
 @pytest.mark.parametrize(

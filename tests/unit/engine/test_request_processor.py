@@ -5,11 +5,12 @@ the prompts."""
 from __future__ import annotations
 
 import threading
+from concurrent.futures import Future
 
 from tests.unit.engine.conftest import CountingTokenizer, make_model_config, text_request
 from wde.engine.errors import InputTooLongError
 from wde.engine.request_processor import RequestProcessor
-from wde.engine.tokenizer_pool import TokenizerPool
+from wde.engine.tokenizer_pool import MIN_SLICE, Chunk, TokenizerInput, TokenizerPool
 from wde.inputs import PoolingParams
 from wde.request import Request, RequestStatus
 from wde.tokenizer import TextInput, TokenizedInput, Truncation
@@ -103,7 +104,7 @@ def _pooled(
     max_model_len: int = 16, num_workers: int = 2
 ) -> tuple[RequestProcessor, ThreadRecordingTokenizer]:
     tokenizer = ThreadRecordingTokenizer(max_model_len)
-    pool = TokenizerPool(num_workers)
+    pool = TokenizerPool(num_workers, tokenizer)  # type: ignore[arg-type]
     return RequestProcessor(make_model_config(max_model_len), tokenizer, pool), tokenizer  # type: ignore[arg-type]
 
 
@@ -117,7 +118,7 @@ def test_the_window_beyond_the_next_steps_is_tokenized_on_the_threads() -> None:
     assert all(r.ready or r.tokenizing for r in requests[4:])
     assert tokenizer.threads[0] == threading.current_thread().name
     # 2. the next call keeps the threads' results
-    for chunk in list(processor._chunks):
+    for _, chunk in list(processor._chunks):
         chunk.results()
     assert processor.process(requests[4:]) == 4
     assert all(r.ready and not r.tokenizing for r in requests)
@@ -127,7 +128,7 @@ def test_the_window_beyond_the_next_steps_is_tokenized_on_the_threads() -> None:
     processor.process(window)
     ahead = window[4:]
     assert all(r.tokenizing or r.ready for r in ahead)
-    for chunk in list(processor._chunks):
+    for _, chunk in list(processor._chunks):
         chunk.results()
     assert processor.process(ahead) == 4
     assert [r.num_tokens for r in ahead] == [5] * 4
@@ -157,8 +158,30 @@ def test_a_too_long_input_tokenized_on_a_thread_fails_alone() -> None:
     assert processor.process(requests) == 40
     assert requests[7].status == RequestStatus.FAILED and requests[7].ready
     assert "more than max_model_len (8)" in str(requests[7].error)
-    for chunk in list(processor._chunks):
+    for _, chunk in list(processor._chunks):
         chunk.results()
     assert processor.process(requests) == 40  # the second half, tokenized ahead
     assert all(r.num_tokens == 4 for i, r in enumerate(requests) if i != 7)
     processor.shutdown()
+
+
+class BrokenPool:
+    """A pool whose chunks fail, as a dead tokenizer process's do."""
+
+    def submit(self, inputs: list[TokenizerInput]) -> Chunk:
+        future: Future = Future()
+        future.set_exception(RuntimeError("a tokenizer process died"))
+        return Chunk(list(inputs), [future])
+
+    def shutdown(self) -> None:
+        pass
+
+
+def test_a_broken_pool_s_chunk_is_tokenized_on_the_engine_thread() -> None:
+    tokenizer = CountingTokenizer(16)
+    processor = RequestProcessor(make_model_config(16), tokenizer, BrokenPool())  # type: ignore[arg-type]
+    requests = [text_request(f"r{i}", 2) for i in range(2 * MIN_SLICE + 2)]
+    # the first half waited for (its chunk failed: encoded here), the second half handed over ahead
+    assert processor.process(requests) == MIN_SLICE + 1
+    assert processor.process(requests[MIN_SLICE + 1 :]) == MIN_SLICE + 1  # that chunk failed too
+    assert all(r.ready and r.num_tokens == 4 for r in requests)

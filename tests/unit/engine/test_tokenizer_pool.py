@@ -1,6 +1,6 @@
-"""TokenizerPool: a chunk is split over the threads in order, runs off the calling thread, and its results
-come back in the items' order with the span the slices took; the default thread count follows
-TOKENIZERS_PARALLELISM."""
+"""TokenizerPool: a chunk is split over the threads in order, runs off the calling thread, and its encodings
+come back in the inputs' order with the span the slices took; a refused input comes back as its error; the
+default thread count follows TOKENIZERS_PARALLELISM."""
 
 from __future__ import annotations
 
@@ -8,51 +8,67 @@ import threading
 
 import pytest
 
-from wde.engine.tokenizer_pool import MIN_SLICE, TokenizerPool, default_tokenizer_workers
+from tests.unit.engine.conftest import CountingTokenizer
+from wde.engine.tokenizer_pool import MIN_SLICE, TokenizerInput, TokenizerPool, default_tokenizer_workers
+from wde.tokenizer import TextInput, TokenizedInput, Truncation
+
+
+class ThreadRecordingTokenizer(CountingTokenizer):
+    def __init__(self, max_length: int) -> None:
+        super().__init__(max_length)
+        self.threads: set[str] = set()
+        self.lock = threading.Lock()
+
+    def encode_batch(
+        self, inputs: list[TextInput], truncation: Truncation | None = None
+    ) -> list[TokenizedInput]:
+        with self.lock:
+            self.threads.add(threading.current_thread().name)
+        return super().encode_batch(inputs, truncation)
+
+
+def _inputs(num_inputs: int) -> list[TokenizerInput]:
+    return [(" ".join(["w"] * (index % 5 + 1)), None) for index in range(num_inputs)]
 
 
 def test_a_chunk_is_split_over_the_threads_and_comes_back_in_order() -> None:
-    pool = TokenizerPool(num_workers=3)
-    seen_threads: set[str] = set()
-    lock = threading.Lock()
-
-    def encode(items: list[int]) -> list[int]:
-        with lock:
-            seen_threads.add(threading.current_thread().name)
-        return [item * 10 for item in items]
-
-    items = list(range(3 * MIN_SLICE + 5))
-    chunk = pool.submit(encode, items)
-    results, (start, end) = chunk.results()
-    assert results == [item * 10 for item in items]
-    assert len(chunk.futures) == 3 and chunk.done()
+    tokenizer = ThreadRecordingTokenizer(16)
+    pool = TokenizerPool(3, tokenizer)  # type: ignore[arg-type]
+    inputs = _inputs(3 * MIN_SLICE + 5)
+    chunk = pool.submit(inputs)
+    encodings, (start, end) = chunk.results()
+    assert [len(e.token_ids) for e in encodings] == [index % 5 + 3 for index in range(len(inputs))]  # type: ignore[union-attr]
+    assert len(chunk.futures) == 3 and chunk.done() and len(tokenizer.calls) == 3
     assert start <= end
-    assert all(name.startswith("wde-tokenize") for name in seen_threads)
+    assert all(name.startswith("wde-tokenize") for name in tokenizer.threads)
     pool.shutdown()
 
 
 def test_a_small_chunk_is_one_slice() -> None:
-    pool = TokenizerPool(num_workers=4)
-    chunk = pool.submit(lambda items: items, list(range(MIN_SLICE - 1)))
+    pool = TokenizerPool(4, CountingTokenizer(16))  # type: ignore[arg-type]
+    chunk = pool.submit(_inputs(MIN_SLICE - 1))
     assert len(chunk.futures) == 1
-    assert chunk.results()[0] == list(range(MIN_SLICE - 1))
+    assert len(chunk.results()[0]) == MIN_SLICE - 1
     pool.shutdown()
 
 
-def test_an_encode_error_reaches_the_waiter() -> None:
-    pool = TokenizerPool(num_workers=1)
+class CrashingTokenizer(CountingTokenizer):
+    def encode_batch(
+        self, inputs: list[TextInput], truncation: Truncation | None = None
+    ) -> list[TokenizedInput]:
+        raise RuntimeError("cannot tokenize")
 
-    def broken(items: list[int]) -> list[int]:
-        raise RuntimeError("tokenizer crashed")
 
-    with pytest.raises(RuntimeError, match="tokenizer crashed"):
-        pool.submit(broken, [1, 2]).results()
+def test_a_refused_input_comes_back_as_its_error() -> None:
+    pool = TokenizerPool(1, CrashingTokenizer(16))  # type: ignore[arg-type]
+    encodings, _ = pool.submit(_inputs(2)).results()
+    assert all(isinstance(e, RuntimeError) and "cannot tokenize" in str(e) for e in encodings)
     pool.shutdown()
 
 
 def test_zero_workers_is_refused() -> None:
     with pytest.raises(ValueError, match="tokenizer_workers"):
-        TokenizerPool(0)
+        TokenizerPool(0, CountingTokenizer(16))  # type: ignore[arg-type]
 
 
 def test_default_workers_by_device_and_tokenizers_parallelism(

@@ -1,0 +1,94 @@
+"""TokenizerProcesses: a chunk encoded in processes gives the engine thread's encodings (ids, type ids of
+pairs, truncation, a refused input's error), as arrays; a process that dies fails its chunk's futures and
+the next chunk gets a new pool."""
+
+from __future__ import annotations
+
+import os
+import signal
+
+import numpy as np
+import pytest
+
+from wde.engine.tokenizer_pool import MIN_SLICE, TokenizerInput, encode_inputs
+from wde.engine.tokenizer_processes import PackedEncodings, TokenizerProcesses
+from wde.engine_args import default_model_path
+from wde.tokenizer import TokenizedInput, Tokenizer, Truncation
+
+MAX_LENGTH = 16
+
+
+@pytest.fixture(scope="module")
+def tokenizer() -> Tokenizer:
+    return Tokenizer.from_pretrained(default_model_path(), MAX_LENGTH)
+
+
+def _inputs() -> list[TokenizerInput]:
+    texts: list[TokenizerInput] = [
+        (f"text number {index} about files", None) for index in range(2 * MIN_SLICE)
+    ]
+    texts.append(("word " * 40, None))  # cut to MAX_LENGTH
+    texts.append(("word " * 40, Truncation(8, "left")))  # cut to 8 from the left
+    texts.append((("a query", "a document about it"), None))  # a pair: type ids
+    return texts
+
+
+def _as_lists(encodings: list) -> list:
+    return [
+        e
+        if isinstance(e, Exception)
+        else (
+            list(map(int, e.token_ids)),
+            None if e.token_type_ids is None else list(map(int, e.token_type_ids)),
+            e.truncated,
+        )
+        for e in encodings
+    ]
+
+
+def test_processes_encode_as_the_engine_thread_does(tokenizer: Tokenizer) -> None:
+    pool = TokenizerProcesses(2, tokenizer)
+    try:
+        inputs = _inputs()
+        chunk = pool.submit(inputs)
+        encodings, (start, end) = chunk.results()
+        assert len(chunk.futures) == 2 and start <= end
+        assert _as_lists(encodings) == _as_lists(encode_inputs(tokenizer, inputs))
+        assert isinstance(encodings[0], TokenizedInput) and isinstance(encodings[0].token_ids, np.ndarray)
+        assert encodings[-2].truncated and len(encodings[-2].token_ids) == 8  # type: ignore[union-attr]
+    finally:
+        pool.shutdown()
+
+
+def test_pack_keeps_errors_and_type_ids_in_place() -> None:
+    encodings = [
+        TokenizedInput([101, 7, 102], None, False),
+        ValueError("cannot tokenize"),
+        TokenizedInput([101, 8, 102, 9, 102], [0, 0, 0, 1, 1], True),
+    ]
+    unpacked = PackedEncodings.pack(encodings).unpack()  # type: ignore[arg-type]
+    assert isinstance(unpacked[1], ValueError) and str(unpacked[1]) == "cannot tokenize"
+    assert _as_lists([unpacked[0], unpacked[2]]) == [
+        ([101, 7, 102], None, False),
+        ([101, 8, 102, 9, 102], [0, 0, 0, 1, 1], True),
+    ]
+
+
+def test_a_dead_process_fails_its_chunk_and_the_next_chunk_gets_a_new_pool(tokenizer: Tokenizer) -> None:
+    pool = TokenizerProcesses(1, tokenizer)
+    try:
+        pool.submit(_inputs()[:2]).results()  # the process is up
+        (pid,) = pool._pool._processes  # type: ignore[attr-defined]
+        os.kill(pid, signal.SIGKILL)
+        with pytest.raises(Exception):  # noqa: B017 - BrokenProcessPool, or the pool's own error
+            for _ in range(50):  # the pool notices the death on its next hand-over
+                pool._pool.submit(os.getpid).result(timeout=10)
+        encodings, _ = pool.submit(_inputs()[:2]).results()
+        assert _as_lists(encodings) == _as_lists(encode_inputs(tokenizer, _inputs()[:2]))
+    finally:
+        pool.shutdown()
+
+
+def test_zero_processes_is_refused(tokenizer: Tokenizer) -> None:
+    with pytest.raises(ValueError, match=r"tokenizer_processes \(0\) must be >= 1"):
+        TokenizerProcesses(0, tokenizer)
