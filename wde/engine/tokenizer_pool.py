@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Callable, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Protocol
 
 from wde.platforms.cores import usable_cores
@@ -38,6 +38,14 @@ def default_tokenizer_workers(device_type: str) -> int:
     return max(1, usable_cores() - 1)
 
 
+class SliceResult(Protocol):
+    """A slice's (result, span) to come: a thread's ``Future``, or a tokenizer process's pending slice."""
+
+    def done(self) -> bool: ...
+
+    def result(self) -> tuple[Any, Span]: ...
+
+
 class Chunk:
     """One hand-over: its inputs, and per slice a future of (that slice's result, its span); ``unpack``
     turns a slice's result into its encodings (a tokenizer process sends arrays, not objects)."""
@@ -45,7 +53,7 @@ class Chunk:
     def __init__(
         self,
         inputs: list[TokenizerInput],
-        futures: list[Future[tuple[Any, Span]]],
+        futures: Sequence[SliceResult],
         unpack: Callable[[Any], list[Encoding]] | None = None,
     ) -> None:
         self.inputs = inputs

@@ -7,30 +7,42 @@ there are. A process has its own GIL: it encodes a slice with its own copy of th
 four arrays (every text's ids back to back, their lengths, the type ids where there are any, and which were
 cut); the engine thread only slices views out of them, and the batch concatenates those views.
 
-A process that dies (a tokenizer crash) breaks the pool: its chunks' futures raise, the RequestProcessor
-encodes those inputs itself, and the next ``submit`` starts a new pool.
+Slices go out and answers come back over ZMQ (a socket into each process, one shared socket out of them,
+in a private temporary folder): a send never waits for the process, and the engine thread reads the answers
+when it checks a chunk, so a hand-over costs a pickle and a socket write, no thread of Python's own. A
+process that dies (a tokenizer crash) fails its unanswered slices, which the RequestProcessor then encodes
+itself, and another process takes its place.
 """
 
 from __future__ import annotations
 
 import logging
 import multiprocessing
+import os
+import pickle
+import shutil
 import sys
+import tempfile
 import time
+import weakref
 from collections.abc import Iterator, Sequence
-from concurrent.futures import ProcessPoolExecutor
-from concurrent.futures.process import BrokenProcessPool
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from itertools import chain
+from multiprocessing.process import BaseProcess
 from pathlib import Path
 
 import numpy as np
+import zmq
 
 from wde.engine.tokenizer_pool import Chunk, Encoding, Span, TokenizerInput, encode_inputs, slices
 from wde.tokenizer import TokenizedInput, Tokenizer
 
 logger = logging.getLogger(__name__)
+
+PARENT_CHECK_MS = 1000  # an idle process checks this often that the engine's process still lives
+DEATH_CHECK_MS = 200  # a wait for an answer checks this often that the processes still live
+SHUTDOWN_WAIT_S = 2.0
 
 
 @dataclass(frozen=True)
@@ -105,27 +117,36 @@ class PackedEncodings:
         return encodings
 
 
-# the tokenizer of this process, when it is one of the pool's (set by _load_tokenizer)
-_process_tokenizer: Tokenizer | None = None
-
-
-def _load_tokenizer(spec: TokenizerSpec) -> None:
-    global _process_tokenizer
-    _process_tokenizer = spec.build()
-
-
-def _encode_packed(inputs: list[TokenizerInput]) -> tuple[PackedEncodings | None, Span]:
-    """In a pool process: encode a slice (None: a warm-up, which only loads the tokenizer)."""
-    start = time.monotonic()
-    if _process_tokenizer is None:
-        raise RuntimeError("this process has no tokenizer: it is not one of a TokenizerProcesses pool")
-    packed = PackedEncodings.pack(encode_inputs(_process_tokenizer, inputs)) if inputs else None
-    return packed, (start, time.monotonic())
+def _serve(spec: TokenizerSpec, slices_address: str, results_address: str, parent_pid: int) -> None:
+    """A tokenizer process: encode each slice that arrives, send back its arrays; end on a ``None`` slice or
+    when the engine's process is gone."""
+    tokenizer = spec.build()
+    context = zmq.Context()
+    inbox, outbox = context.socket(zmq.PULL), context.socket(zmq.PUSH)
+    inbox.bind(slices_address)
+    outbox.connect(results_address)
+    while True:
+        if not inbox.poll(PARENT_CHECK_MS):
+            if os.getppid() != parent_pid:
+                return
+            continue
+        slice_id, inputs = inbox.recv_pyobj()
+        if inputs is None:
+            break
+        start = time.monotonic()
+        try:
+            packed = PackedEncodings.pack(encode_inputs(tokenizer, inputs))
+            outbox.send_pyobj((slice_id, (packed, (start, time.monotonic())), None))
+        except Exception as e:  # not an input's refusal (encode_inputs keeps those): the whole slice's
+            outbox.send_pyobj((slice_id, None, repr(e)))
+    outbox.close(linger=1000)
+    inbox.close(linger=0)
+    context.term()
 
 
 @contextmanager
 def _main_module_hidden() -> Iterator[None]:
-    """While processes start: a spawned process imports the parent's ``__main__`` (reruns the caller's
+    """While a process starts: a spawned process imports the parent's ``__main__`` (reruns the caller's
     script, which builds an engine again unless it is guarded by ``if __name__ == "__main__"``); these
     processes need only wde's modules, so they are started as from an interactive session, where
     ``__main__`` has neither a file nor a module spec."""
@@ -141,39 +162,132 @@ def _main_module_hidden() -> Iterator[None]:
         main.__dict__.update(saved)
 
 
+class PendingSlice:
+    """One slice sent to one process; ``done`` and ``result`` as a ``Future``'s, read by the engine thread
+    (the pool reads the processes' answers when asked, no thread of its own)."""
+
+    def __init__(self, pool: TokenizerProcesses) -> None:
+        self.pool = pool
+        self.finished = False
+        self.value: tuple[PackedEncodings, Span] | None = None
+        self.error: Exception | None = None
+
+    def finish(self, value: tuple[PackedEncodings, Span] | None, error: Exception | None) -> None:
+        self.value, self.error, self.finished = value, error, True
+
+    def done(self) -> bool:
+        if not self.finished:
+            self.pool.receive(timeout_ms=0)
+        return self.finished
+
+    def result(self) -> tuple[PackedEncodings, Span]:
+        while not self.finished:
+            self.pool.receive(timeout_ms=DEATH_CHECK_MS)
+        if self.error is not None:
+            raise self.error
+        assert self.value is not None
+        return self.value
+
+
+@dataclass
+class _Worker:
+    process: BaseProcess
+    socket: zmq.Socket[bytes]  # connected to the process's inbox
+    pending: dict[int, PendingSlice]  # sent, not answered
+
+
 class TokenizerProcesses:
     def __init__(self, num_processes: int, tokenizer: Tokenizer) -> None:
         if num_processes < 1:
             raise ValueError(f"tokenizer_processes ({num_processes}) must be >= 1")
         self.num_processes = num_processes
         self.spec = TokenizerSpec.of(tokenizer)
-        self._pool = self._start()
+        self._folder = tempfile.mkdtemp(prefix="wde-tokenize-")  # the sockets: only this user reaches them
+        # removed at shutdown, or at exit for an engine never shut down
+        self._remove_folder = weakref.finalize(self, shutil.rmtree, self._folder, ignore_errors=True)
+        self._context = zmq.Context()
+        self._results = self._context.socket(zmq.PULL)
+        self._results_address = f"ipc://{self._folder}/results"
+        self._results.bind(self._results_address)
+        self._num_started = 0
+        self._next_slice_id = 0
+        self._slices: dict[int, _Worker] = {}  # pending slice id -> the worker it went to
+        self._workers = [self._start_worker() for _ in range(num_processes)]
 
-    def _start(self) -> ProcessPoolExecutor:
-        """A new pool; every process is started now and loads the tokenizer while the engine warms up."""
-        pool = ProcessPoolExecutor(
-            self.num_processes,
-            mp_context=multiprocessing.get_context("spawn"),  # no fork of the engine's threads
-            initializer=_load_tokenizer,
-            initargs=(self.spec,),
+    def _start_worker(self) -> _Worker:
+        """A new process; it loads the tokenizer while the engine warms up (slices sent meanwhile wait)."""
+        self._num_started += 1
+        address = f"ipc://{self._folder}/slices-{self._num_started}"
+        context = multiprocessing.get_context("spawn")  # no fork of the engine's threads
+        process = context.Process(
+            target=_serve,
+            args=(self.spec, address, self._results_address, os.getpid()),
+            name=f"wde-tokenize-{self._num_started}",
+            daemon=True,
         )
-        with _main_module_hidden():  # each submit starts one process while none is idle
-            for _ in range(self.num_processes):
-                pool.submit(_encode_packed, [])
-        return pool
+        with _main_module_hidden():
+            process.start()
+        socket = self._context.socket(zmq.PUSH)
+        socket.connect(address)  # connected: sends queue up until the process binds
+        return _Worker(process, socket, {})
 
     def submit(self, inputs: Sequence[TokenizerInput]) -> Chunk:
-        """Start encoding ``inputs``, one slice per process (at least ``MIN_SLICE`` inputs each)."""
+        """Start encoding ``inputs``, one slice per process (at least ``MIN_SLICE`` inputs each), each to
+        the process with the fewest unanswered slices."""
         inputs = list(inputs)
-        parts = slices(inputs, self.num_processes)
-        try:
-            futures = [self._pool.submit(_encode_packed, part) for part in parts]
-        except BrokenProcessPool:
-            logger.warning("a tokenizer process died; starting %d new ones", self.num_processes)
-            self._pool.shutdown(wait=False, cancel_futures=True)
-            self._pool = self._start()
-            futures = [self._pool.submit(_encode_packed, part) for part in parts]
-        return Chunk(inputs, futures, unpack=PackedEncodings.unpack)
+        pending = []
+        for part in slices(inputs, self.num_processes):
+            worker = min(self._workers, key=lambda w: len(w.pending))
+            slice_id, self._next_slice_id = self._next_slice_id, self._next_slice_id + 1
+            pending_slice = PendingSlice(self)
+            worker.pending[slice_id] = pending_slice
+            self._slices[slice_id] = worker
+            worker.socket.send_pyobj((slice_id, part), protocol=pickle.HIGHEST_PROTOCOL)
+            pending.append(pending_slice)
+        return Chunk(inputs, pending, unpack=PackedEncodings.unpack)
+
+    def receive(self, timeout_ms: int) -> None:
+        """Finish the slices whose answers have arrived (waiting up to ``timeout_ms`` for one); after a wait
+        that brought none, fail the slices of a process that died and start another in its place."""
+        if not self._results.poll(timeout_ms):
+            if timeout_ms > 0:
+                self._replace_dead_workers()
+            return
+        while True:
+            try:
+                slice_id, value, error = self._results.recv_pyobj(zmq.NOBLOCK)
+            except zmq.Again:
+                return
+            worker = self._slices.pop(slice_id, None)
+            if worker is not None:
+                failure = None if error is None else RuntimeError(f"a tokenizer process failed: {error}")
+                worker.pending.pop(slice_id).finish(value, failure)
+
+    def _replace_dead_workers(self) -> None:
+        for index, worker in enumerate(self._workers):
+            if worker.process.is_alive():
+                continue
+            logger.warning(
+                "tokenizer process %s exited (code %s) with %d slices unanswered; starting another",
+                worker.process.name,
+                worker.process.exitcode,
+                len(worker.pending),
+            )
+            for slice_id, pending_slice in worker.pending.items():
+                self._slices.pop(slice_id, None)
+                pending_slice.finish(None, RuntimeError(f"tokenizer process {worker.process.name} died"))
+            worker.socket.close(linger=0)
+            self._workers[index] = self._start_worker()
 
     def shutdown(self) -> None:
-        self._pool.shutdown(wait=True, cancel_futures=True)
+        for worker in self._workers:
+            with suppress(zmq.ZMQError):
+                worker.socket.send_pyobj((-1, None), zmq.NOBLOCK)
+        for worker in self._workers:
+            worker.process.join(timeout=SHUTDOWN_WAIT_S)
+            if worker.process.is_alive():
+                worker.process.terminate()
+            worker.socket.close(linger=0)
+        self._results.close(linger=0)
+        self._context.term()
+        self._remove_folder()

@@ -1,6 +1,6 @@
 """TokenizerProcesses: a chunk encoded in processes gives the engine thread's encodings (ids, type ids of
-pairs, truncation, a refused input's error), as arrays; a process that dies fails its chunk's futures and
-the next chunk gets a new pool."""
+pairs, truncation, a refused input's error), as arrays; a process that dies fails its unanswered slices and
+another takes its place; shutdown ends the processes cleanly."""
 
 from __future__ import annotations
 
@@ -74,19 +74,29 @@ def test_pack_keeps_errors_and_type_ids_in_place() -> None:
     ]
 
 
-def test_a_dead_process_fails_its_chunk_and_the_next_chunk_gets_a_new_pool(tokenizer: Tokenizer) -> None:
+def test_a_dead_process_fails_its_slices_and_another_takes_its_place(tokenizer: Tokenizer) -> None:
     pool = TokenizerProcesses(1, tokenizer)
     try:
         pool.submit(_inputs()[:2]).results()  # the process is up
-        (pid,) = pool._pool._processes  # type: ignore[attr-defined]
-        os.kill(pid, signal.SIGKILL)
-        with pytest.raises(Exception):  # noqa: B017 - BrokenProcessPool, or the pool's own error
-            for _ in range(50):  # the pool notices the death on its next hand-over
-                pool._pool.submit(os.getpid).result(timeout=10)
-        encodings, _ = pool.submit(_inputs()[:2]).results()
+        os.kill(pool._workers[0].process.pid, signal.SIGKILL)  # type: ignore[arg-type]
+        pool._workers[0].process.join(timeout=10)
+        chunk = pool.submit(_inputs()[:2])  # sent to the dead process: no answer comes
+        with pytest.raises(RuntimeError, match="tokenizer process wde-tokenize-1 died"):
+            chunk.results()
+        encodings, _ = pool.submit(_inputs()[:2]).results()  # the new process answers
         assert _as_lists(encodings) == _as_lists(encode_inputs(tokenizer, _inputs()[:2]))
+        assert pool._workers[0].process.name == "wde-tokenize-2"
     finally:
         pool.shutdown()
+
+
+def test_shutdown_ends_the_processes_and_removes_the_socket_folder(tokenizer: Tokenizer) -> None:
+    pool = TokenizerProcesses(2, tokenizer)
+    pool.submit(_inputs()).results()
+    processes, folder = [worker.process for worker in pool._workers], pool._folder
+    pool.shutdown()
+    assert all(process.exitcode == 0 for process in processes)
+    assert not os.path.exists(folder)
 
 
 def test_zero_processes_is_refused(tokenizer: Tokenizer) -> None:
