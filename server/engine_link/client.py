@@ -31,9 +31,9 @@ from wde.entrypoints.engine_thread import (
     EngineCounts,
     EngineDeadError,
     EngineInfo,
+    EngineLifecycle,
     EngineState,
     EngineUnavailableError,
-    StatsListener,
     resolve_calls,
 )
 from wde.tokenizer import Tokenizer
@@ -185,27 +185,22 @@ class _RunningForward:
         return self.seconds
 
 
-class RemoteEngineThread:
-    """What ``AsyncLLMEngine`` needs of its ``EngineThread``, for an engine in the engine process."""
+class RemoteEngineThread(EngineLifecycle):
+    """What ``AsyncLLMEngine`` needs of its ``EngineThread``, for an engine in the engine process (its
+    ``listeners`` stay empty: the engine process's metrics observe the engine)."""
 
     def __init__(self, link: EngineLink, model_index: int, engine_config: EngineConfig) -> None:
+        super().__init__()
         self._link = link
         self._model_index = model_index
         self._engine_config = engine_config
         self._lock = threading.Lock()  # state, pending
-        self._ready = threading.Event()
-        self._dead = threading.Event()
         self._stopped = threading.Event()
         self._call_ids = itertools.count()
         self._pending: dict[int, Call] = {}
         self._call_of_first_request: dict[str, int] = {}  # to abort by request ids
-        self.state = EngineState.CREATED
         self._reason = "the model is still loading; retry in a few seconds"
-        self.info: EngineInfo | None = None
-        self.counts = EngineCounts()
-        self.error: BaseException | None = None
         self.forward_clock = _RunningForward()
-        self.listeners: tuple[StatsListener, ...] = ()  # the engine process's metrics observe the engine
 
     # ---- what AsyncLLMEngine calls (any thread) ---------------------------------------------------------
     def start(self) -> None:
@@ -213,17 +208,6 @@ class RemoteEngineThread:
             if self.state == EngineState.CREATED:
                 self.state = EngineState.LOADING
         self._link.start()
-
-    def wait_until_ready(self, timeout: float | None = None) -> None:
-        if not self._ready.wait(timeout):
-            raise TimeoutError(f"the engine was not ready within {timeout} s (state: {self.state.value})")
-        if self.state == EngineState.FAILED:
-            raise EngineDeadError(f"the engine failed to start: {self._reason}")
-        if self.info is None:
-            raise EngineUnavailableError("the engine was stopped before it finished loading")
-
-    def wait_until_dead(self, timeout: float | None = None) -> bool:
-        return self._dead.wait(timeout)
 
     def unavailable_reason(self) -> str:
         return "" if self.state == EngineState.READY else self._reason

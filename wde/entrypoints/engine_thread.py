@@ -160,30 +160,19 @@ class StopCommand:
 Command = AddCommand | AbortCommand | StopCommand
 
 
-class EngineThread:
-    def __init__(self, build_engine: Callable[[], LLMEngine]) -> None:
-        self._build_engine = build_engine
-        self._commands: queue.SimpleQueue[Command] = queue.SimpleQueue()
-        # Guards ``state`` and the enqueueing of adds, so no add can follow a stop into the queue.
-        self._lock = threading.Lock()
-        self._ready = threading.Event()
+class EngineLifecycle:
+    """What every engine thread ``AsyncLLMEngine`` drives shares (this process's ``EngineThread``, and the
+    engine process's stand-in, ``server/engine_link/client.py``'s ``RemoteEngineThread``): the state, what
+    the loaded engine is, and the waits for it to be ready or dead."""
+
+    def __init__(self) -> None:
+        self._ready = threading.Event()  # set when loading ended: loaded, failed, or stopped first
         self._dead = threading.Event()  # set when the engine fails (to load, or its loop crashed)
-        self._thread = threading.Thread(target=self._run, name="wde-engine", daemon=True)
         self.state = EngineState.CREATED
         self.info: EngineInfo | None = None
         self.counts = EngineCounts()
-        self.error: BaseException | None = None
-        self.forward_clock: ForwardClock | None = None  # the loaded engine's: how long its forward has run
+        self.error: BaseException | None = None  # why the engine failed
         self.listeners: tuple[StatsListener, ...] = ()  # replaced, never mutated (read by the thread)
-        self._pending: dict[str, tuple[Call, int]] = {}  # engine thread only
-
-    # ---- any thread ---------------------------------------------------------------------------------
-    def start(self) -> None:
-        with self._lock:
-            if self.state != EngineState.CREATED:
-                return
-            self.state = EngineState.LOADING
-        self._thread.start()
 
     def wait_until_ready(self, timeout: float | None = None) -> None:
         if not self._ready.wait(timeout):
@@ -196,6 +185,26 @@ class EngineThread:
     def wait_until_dead(self, timeout: float | None = None) -> bool:
         """Block until the engine has failed (True) or ``timeout`` seconds passed (False)."""
         return self._dead.wait(timeout)
+
+
+class EngineThread(EngineLifecycle):
+    def __init__(self, build_engine: Callable[[], LLMEngine]) -> None:
+        super().__init__()
+        self._build_engine = build_engine
+        self._commands: queue.SimpleQueue[Command] = queue.SimpleQueue()
+        # Guards ``state`` and the enqueueing of adds, so no add can follow a stop into the queue.
+        self._lock = threading.Lock()
+        self._thread = threading.Thread(target=self._run, name="wde-engine", daemon=True)
+        self.forward_clock: ForwardClock | None = None  # the loaded engine's: how long its forward has run
+        self._pending: dict[str, tuple[Call, int]] = {}  # engine thread only
+
+    # ---- any thread ---------------------------------------------------------------------------------
+    def start(self) -> None:
+        with self._lock:
+            if self.state != EngineState.CREATED:
+                return
+            self.state = EngineState.LOADING
+        self._thread.start()
 
     def add(self, call: Call) -> None:
         self.add_many([call])
