@@ -98,10 +98,14 @@ class InputBatch:
 
 def _flat_ids(id_lists: Sequence[TokenIds | None], num_tokens: int) -> np.ndarray:
     """The sequences' ids back to back: arrays (checked or tokenized in a process) are concatenated, lists
-    walked once in C; every sequence has ids here."""
-    if all(isinstance(ids, np.ndarray) for ids in id_lists):
-        return np.concatenate(id_lists) if id_lists else np.zeros(0, np.int64)  # type: ignore[arg-type]
-    return np.fromiter(chain.from_iterable(id_lists), np.int64, num_tokens)  # type: ignore[arg-type]
+    walked in C (all in one walk when there is no array); every sequence has ids here."""
+    num_arrays = sum(isinstance(ids, np.ndarray) for ids in id_lists)
+    if num_arrays == 0:
+        return np.fromiter(chain.from_iterable(id_lists), np.int64, num_tokens)  # type: ignore[arg-type]
+    if num_arrays < len(id_lists):  # a numpy array walked item by item would cost 3x a list
+        as_arrays = [ids if isinstance(ids, np.ndarray) else np.asarray(ids, np.int64) for ids in id_lists]
+        return np.concatenate(as_arrays)
+    return np.concatenate(id_lists)  # type: ignore[arg-type]
 
 
 def _any_nonzero(ids: TokenIds | None) -> bool:
