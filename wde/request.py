@@ -9,10 +9,9 @@ from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass, field
 
-import numpy as np
-
 from wde.inputs import PoolingParams
 from wde.outputs import TokenizeSpan
+from wde.tokenizer import TokenIds
 
 # Request priorities: a lower value is scheduled first, first come first served within one priority.
 PRIORITY_INTERACTIVE = 0  # HTTP routes, LLM
@@ -21,11 +20,6 @@ PRIORITY_BATCH = 1  # the Batch API's lines: run when no interactive request wai
 # The priority of what the current asyncio task (or thread) submits: read where a submission is made
 # (``engine_thread.Call``), so that a caller can lower it around code it does not own (a route handler).
 submission_priority: ContextVar[int] = ContextVar("wde_submission_priority", default=PRIORITY_INTERACTIVE)
-
-# A request's token ids: a list (the in-process tokenizer's, or cut and extended by the RequestProcessor) or
-# a 1-D integer array (a view of the call's checked ids, or of a tokenizer process's output): the batch
-# concatenates arrays and walks lists.
-TokenIds = list[int] | np.ndarray
 
 
 @contextmanager

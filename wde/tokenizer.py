@@ -8,9 +8,14 @@ from collections import OrderedDict
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
 import tokenizers
 
 TextInput = str | tuple[str, str]
+# Token ids: a list (this tokenizer's, or cut and extended by the RequestProcessor) or a 1-D integer array
+# (a view of a call's checked ids, or of a tokenizer process's output): a batch concatenates arrays and
+# walks lists.
+TokenIds = list[int] | np.ndarray
 TRUNCATION_DIRECTIONS = ("right", "left")  # which end of an over-long input is cut (left: keep the end)
 # At most this many texts are encoded one by one on the calling thread, without waking tokenizers' thread
 # pool (a server's steps of one text each). On the H200 machine (16 cores, 2026-11-27) wde serve answered
@@ -31,8 +36,8 @@ class Truncation:
 
 @dataclass
 class TokenizedInput:
-    token_ids: list[int]
-    token_type_ids: list[int] | None  # None: a single text, all segment 0
+    token_ids: TokenIds
+    token_type_ids: TokenIds | None  # None: a single text, all segment 0
     truncated: bool
 
 

@@ -96,7 +96,7 @@ class TokenizerPool:
         """Start encoding ``inputs``, one slice per thread (at least ``MIN_SLICE`` inputs each)."""
         inputs = list(inputs)
         futures = [
-            self._pool.submit(_timed, encode_inputs, self.tokenizer, part)
+            self._pool.submit(_timed_encode, self.tokenizer, part)
             for part in slices(inputs, self.num_workers)
         ]
         return Chunk(inputs, futures)
@@ -136,11 +136,7 @@ def _encode_one(tokenizer: Tokenizer, text: TextInput, truncation: Truncation | 
         return e
 
 
-def _timed(
-    encode: Callable[[Tokenizer, list[TokenizerInput]], list[Encoding]],
-    tokenizer: Tokenizer,
-    inputs: list[TokenizerInput],
-) -> tuple[list[Encoding], Span]:
+def _timed_encode(tokenizer: Tokenizer, inputs: list[TokenizerInput]) -> tuple[list[Encoding], Span]:
     start = time.monotonic()
-    encodings = encode(tokenizer, inputs)
+    encodings = encode_inputs(tokenizer, inputs)
     return encodings, (start, time.monotonic())

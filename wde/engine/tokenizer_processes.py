@@ -112,7 +112,7 @@ class PackedEncodings:
                 type_ids = self.type_ids[type_start : type_start + num_ids]
                 type_start += num_ids
             ids = self.ids[start : start + num_ids]
-            encodings.append(TokenizedInput(ids, type_ids, truncated[index]))  # type: ignore[arg-type]
+            encodings.append(TokenizedInput(ids, type_ids, truncated[index]))
             start += num_ids
         return encodings
 
@@ -211,7 +211,6 @@ class TokenizerProcesses:
         self._results.bind(self._results_address)
         self._num_started = 0
         self._next_slice_id = 0
-        self._slices: dict[int, _Worker] = {}  # pending slice id -> the worker it went to
         self._workers = [self._start_worker() for _ in range(num_processes)]
 
     def _start_worker(self) -> _Worker:
@@ -241,7 +240,6 @@ class TokenizerProcesses:
             slice_id, self._next_slice_id = self._next_slice_id, self._next_slice_id + 1
             pending_slice = PendingSlice(self)
             worker.pending[slice_id] = pending_slice
-            self._slices[slice_id] = worker
             worker.socket.send_pyobj((slice_id, part), protocol=pickle.HIGHEST_PROTOCOL)
             pending.append(pending_slice)
         return Chunk(inputs, pending, unpack=PackedEncodings.unpack)
@@ -258,10 +256,11 @@ class TokenizerProcesses:
                 slice_id, value, error = self._results.recv_pyobj(zmq.NOBLOCK)
             except zmq.Again:
                 return
-            worker = self._slices.pop(slice_id, None)
-            if worker is not None:
-                failure = None if error is None else RuntimeError(f"a tokenizer process failed: {error}")
-                worker.pending.pop(slice_id).finish(value, failure)
+            failure = None if error is None else RuntimeError(f"a tokenizer process failed: {error}")
+            for worker in self._workers:  # the one it went to (none: a replaced one's, already failed)
+                if slice_id in worker.pending:
+                    worker.pending.pop(slice_id).finish(value, failure)
+                    break
 
     def _replace_dead_workers(self) -> None:
         for index, worker in enumerate(self._workers):
@@ -273,8 +272,7 @@ class TokenizerProcesses:
                 worker.process.exitcode,
                 len(worker.pending),
             )
-            for slice_id, pending_slice in worker.pending.items():
-                self._slices.pop(slice_id, None)
+            for pending_slice in worker.pending.values():
                 pending_slice.finish(None, RuntimeError(f"tokenizer process {worker.process.name} died"))
             worker.socket.close(linger=0)
             self._workers[index] = self._start_worker()

@@ -16,7 +16,8 @@ from wde.layers.attention.backend import AttentionBackend, AttentionMetadata
 from wde.layers.host_copy import host_to_device
 from wde.layers.lora import TokenAdapters
 from wde.layers.pooler.methods import PoolingMetadata
-from wde.request import Request, TokenIds
+from wde.request import Request
+from wde.tokenizer import TokenIds
 
 
 @dataclass
