@@ -102,3 +102,17 @@ def test_shutdown_ends_the_processes_and_removes_the_socket_folder(tokenizer: To
 def test_zero_processes_is_refused(tokenizer: Tokenizer) -> None:
     with pytest.raises(ValueError, match=r"tokenizer_processes \(0\) must be >= 1"):
         TokenizerProcesses(0, tokenizer)
+
+
+def test_a_negative_tokenizer_processes_setting_is_refused_naming_it() -> None:
+    from wde.config import SchedulerConfig
+
+    SchedulerConfig(2048, 8, tokenizer_processes=0).verify()  # 0: tokenize in the engine's process
+    with pytest.raises(ValueError, match=r"tokenizer_processes \(-1\) must be >= 0"):
+        SchedulerConfig(2048, 8, tokenizer_processes=-1).verify()
+
+
+def test_a_tokenizer_not_loaded_from_a_folder_is_refused_saying_so(tokenizer: Tokenizer) -> None:
+    loose = Tokenizer(tokenizer.backend, MAX_LENGTH)  # built from a tokenizers object: no folder to load
+    with pytest.raises(ValueError, match="need a tokenizer loaded from a model folder"):
+        TokenizerProcesses(1, loose)
