@@ -23,19 +23,6 @@ PROBE_PATHS = frozenset({"/health", "/ping", "/"})  # TEI's health routes (serve
 PROBE_STATUSES = frozenset({200, 503})  # ready / not ready: the answers a probe expects
 
 
-def skip_unused_record_fields() -> None:
-    """Log records without the fields ``wde serve``'s log format never prints: the caller's file and line
-    (a stack walk per record), the thread, process and task names (the logging HOWTO's "Optimization").
-    One access-log line per request: ~3% of a cached /embed's event-loop time. Process-wide: for
-    ``wde serve``, whose format it configures, not for a process that embeds wde."""
-    logging._srcfile = None  # the documented switch for the caller lookup
-    logging.logThreads = False
-    logging.logProcesses = False
-    logging.logMultiprocessing = False
-    if hasattr(logging, "logAsyncioTasks"):  # Python >= 3.12
-        setattr(logging, "logAsyncioTasks", False)  # noqa: B010 (not in older stubs)
-
-
 def record_usage(scope_state: Any, num_inputs: int, num_tokens: int | None = None) -> None:
     """Called by route handlers (``record_usage(request.state, ...)``) for their access-log line."""
     setattr(scope_state, USAGE_KEY, (num_inputs, num_tokens))

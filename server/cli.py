@@ -21,13 +21,13 @@ from collections.abc import Sequence
 from dataclasses import MISSING, fields
 from typing import Any
 
-from server.access_log import skip_unused_record_fields
-from server.log_setup import configure_logging
+from server.log_setup import configure_logging, skip_unused_record_fields
 from server.memory_release import limit_malloc_arenas
 from server.openmp_spin import bound_openmp_spin
 from server.ray_serve.flags import add_ray_serve_flags
 from server.settings import ServerSettings
 from wde.engine_args import EngineArgs
+from wde.extras import missing_extra_message
 from wde.flag_field import flag_choices, flag_help
 
 ENV_PREFIX = "WDE_"
@@ -238,7 +238,7 @@ def serve(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
             from server.app import build_app
             from server.ray_serve.deployment import serve_on_ray
         except ImportError as e:
-            return _startup_error(f"{e}; Ray Serve needs its extra: pip install 'wde[server,ray]'")
+            return _startup_error(missing_extra_message(e.name or str(e), "server,ray", "wde serve --ray"))
         engine_args = all_engine_args[0] if len(all_engine_args) == 1 else all_engine_args
         return serve_on_ray(args, functools.partial(build_app, engine_args, settings))
     try:
@@ -246,7 +246,7 @@ def serve(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
         from server.engine_link.supervisor import check_workers_fit, choose_api_workers, serve_with_workers
         from server.listener import StartupError
     except ImportError as e:
-        return _startup_error(f"{e}; the server needs its extra: pip install 'wde[server]'")
+        return _startup_error(missing_extra_message(e.name or str(e), "server", "wde serve"))
     # 3. one process, or API workers in front of an engine process (--api-workers)
     num_workers, why = choose_api_workers(settings.api_workers, served)
     try:

@@ -17,3 +17,16 @@ def configure_logging(level: str) -> None:
     quiet = logging.DEBUG if level.lower() == "debug" else logging.WARNING
     for name in REQUEST_LOGGERS:
         logging.getLogger(name).setLevel(quiet)
+
+
+def skip_unused_record_fields() -> None:
+    """Log records without the fields ``wde serve``'s log format never prints: the caller's file and line
+    (a stack walk per record), the thread, process and task names (the logging HOWTO's "Optimization").
+    One access-log line per request: ~3% of a cached /embed's event-loop time. Process-wide: for
+    ``wde serve``, whose format it configures, not for a process that embeds wde."""
+    logging._srcfile = None  # the documented switch for the caller lookup
+    logging.logThreads = False
+    logging.logProcesses = False
+    logging.logMultiprocessing = False
+    if hasattr(logging, "logAsyncioTasks"):  # Python >= 3.12
+        setattr(logging, "logAsyncioTasks", False)  # noqa: B010 (not in older stubs)

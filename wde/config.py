@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from wde.extras import require
 from wde.output_kinds import OUTPUT_KINDS
 
 # "fast": the fastest dtype the device computes natively (the platform's ``fast_dtype``; CPU: bfloat16 with
@@ -373,6 +374,8 @@ class SchedulerConfig:
             raise ValueError(
                 f"tokenizer_processes ({self.tokenizer_processes}) must be >= 0 (0: tokenize in this process)"
             )
+        if self.tokenizer_processes > 0:  # they talk to the engine over ZMQ
+            require("zmq", "server", "tokenizer_processes > 0 (--tokenizer-processes)")
         if self.max_batch_wait_seconds < 0:
             raise ValueError(f"max_batch_wait_ms ({self.max_batch_wait_seconds * 1e3:g}) must be >= 0")
 

@@ -15,7 +15,6 @@ from collections.abc import Sequence
 from multiprocessing.connection import Connection
 from types import FrameType
 
-from server.access_log import skip_unused_record_fields
 from server.app import create_app
 from server.draining_server import DrainingServer, exit_zero_on_signal, monitored_server
 from server.engine_link.batch_link import BatchLink
@@ -23,7 +22,7 @@ from server.engine_link.client import EngineLink
 from server.engine_link.in_flight import InFlightSlots
 from server.engine_link.linked_metrics import LinkedMetrics
 from server.engine_link.parent_death import end_with_parent
-from server.log_setup import configure_logging
+from server.log_setup import configure_logging, skip_unused_record_fields
 from server.memory_release import limit_malloc_arenas
 from server.model_registry import ModelRegistry, ServedModel
 from server.settings import ServerSettings

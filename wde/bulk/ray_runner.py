@@ -19,12 +19,12 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
-from wde.bulk import require
 from wde.bulk.fingerprint import EncodeOptions
 from wde.bulk.ray import WdeEmbedder
 from wde.bulk.readers import InputSpec, read_chunks
 from wde.bulk.runner import PartSink
 from wde.engine_args import EngineArgs
+from wde.extras import require
 
 logger = logging.getLogger(__name__)
 
@@ -53,7 +53,7 @@ def embed_on_ray(
     cpus_per_actor: float,
 ) -> dict[str, float]:
     """Returns the start-up timings: ``ray_init_seconds`` and ``ray_first_part_seconds``."""
-    require("ray", "ray")
+    require("ray", "ray", "wde embed --ray")
     import ray
 
     # 1. join the cluster of RAY_ADDRESS (or the running one), else start a local one

@@ -18,7 +18,6 @@ from wde.engine.memory_trimmer import MemoryTrimmer
 from wde.engine.scheduler import SchedulerOutput
 from wde.engine.stats import BatchStats, StepStats
 from wde.engine.tokenizer_pool import EncoderPool, TokenizerPool
-from wde.engine.tokenizer_processes import TokenizerProcesses
 from wde.engine.workflow import Workflow, get_workflow
 from wde.inputs import PoolingParams, PromptType, TextPair
 from wde.outputs import RequestOutput
@@ -218,6 +217,8 @@ class LLMEngine:
 
 def _tokenizer_pool(scheduler_config: SchedulerConfig, tokenizer: Tokenizer) -> EncoderPool | None:
     if scheduler_config.tokenizer_processes > 0:
+        from wde.engine.tokenizer_processes import TokenizerProcesses  # pyzmq: SchedulerConfig.verify
+
         return TokenizerProcesses(scheduler_config.tokenizer_processes, tokenizer)
     if scheduler_config.tokenizer_workers > 0:
         return TokenizerPool(scheduler_config.tokenizer_workers, tokenizer)
