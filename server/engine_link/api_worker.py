@@ -25,6 +25,7 @@ from server.engine_link.parent_death import end_with_parent
 from server.log_setup import configure_logging, skip_unused_record_fields
 from server.memory_release import limit_malloc_arenas
 from server.model_registry import ModelRegistry, ServedModel
+from server.process_cpu import name_process
 from server.settings import ServerSettings
 from wde.config import EngineConfig
 from wde.engine_args import EngineArgs
@@ -58,6 +59,7 @@ def main(
     """The worker's entry point (``multiprocessing`` spawn target); exits 0 after a drain, 1 when the
     engine process died."""
     # 1. the process as `wde serve` sets it up
+    name_process(f"api-{index}")
     limit_malloc_arenas()
     configure_logging(log_level)
     skip_unused_record_fields()
@@ -66,7 +68,7 @@ def main(
     slots.index = index
     # 2. the models, each engine a remote one; the engine process's state heard before the first request
     #    (a worker that replaces a dead one serves at once, not 503 "loading" for its first 0.1 s)
-    link = EngineLink(name, ipc_dir, engine_alive)
+    link = EngineLink(name, ipc_dir, engine_alive, role=f"api-{index}")
     link.start()
     link.heard.wait(HEAR_ENGINE_SECONDS)
     index_of = {id(engine_args): model_index for model_index, (engine_args, _) in enumerate(served)}

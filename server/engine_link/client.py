@@ -45,8 +45,12 @@ POLL_MS = 200  # the reader thread looks at ``close()`` this often
 
 
 class EngineLink:
-    def __init__(self, worker_name: str, ipc_dir: str, engine_alive: Connection | None) -> None:
+    def __init__(
+        self, worker_name: str, ipc_dir: str, engine_alive: Connection | None, role: str = "api"
+    ) -> None:
+        """``role``: the worker's in ``wde_process_cpu_seconds`` (``api-N``)."""
         self.name = worker_name
+        self.role = role
         self._context = zmq.Context()
         # no high-water marks: a full queue would block the event loop (PUSH) or drop answers (the engine's
         # ROUTER); what is in flight is bounded by admission (--max-concurrent-requests)
@@ -102,14 +106,16 @@ class EngineLink:
             self._pull.close(linger=0)
             self._context.term()
 
-    async def scrape(self, observations: list[list[Any]], cache_stats: dict[str, Any]) -> bytes:
+    async def scrape(
+        self, observations: list[list[Any]], cache_stats: dict[str, Any], cpu: list[Any]
+    ) -> bytes:
         """The server's /metrics text, rendered by the engine process (after these HTTP observations)."""
         loop = asyncio.get_running_loop()
         scrape_id = next(self._scrape_ids)
         future: asyncio.Future[bytes] = loop.create_future()
         self._scrapes[scrape_id] = (loop, future)
         try:
-            self.send(["scrape", self.name, scrape_id, observations, cache_stats])
+            self.send(["scrape", self.name, scrape_id, observations, cache_stats, cpu])
             return await asyncio.wait_for(future, timeout=10.0)
         finally:
             self._scrapes.pop(scrape_id, None)

@@ -39,6 +39,7 @@ from server.memory_release import limit_malloc_arenas
 from server.metrics import ServerMetrics
 from server.model_registry import ModelRegistry
 from server.openmp_spin import bound_openmp_spin
+from server.process_cpu import name_process
 from server.settings import ServerSettings
 from wde.config import EngineConfig
 from wde.engine_args import EngineArgs
@@ -67,6 +68,7 @@ def main(
 ) -> None:
     """The engine process's entry point (``multiprocessing`` spawn target); exits with its status.
     ``alive``: the write end of a pipe the workers watch, held open (never written) while this lives."""
+    name_process("engine")
     limit_malloc_arenas()
     bound_openmp_spin()
     configure_logging(log_level)
@@ -75,7 +77,7 @@ def main(
     # the result cache lives in the workers, beside the plans that consult it
     served = [(dataclasses.replace(args, cache_size=0), config) for args, config in served]
     models = ModelRegistry.from_configs(served, strict_names=settings.strict_model_name, freeze_heap=True)
-    metrics = ServerMetrics(models, slots.total)
+    metrics = ServerMetrics(models, slots.total, role="engine", parent_pid=parent_pid)
     models.add_engine_hook(lambda model, engine: engine.add_stats_listener(metrics.listener(model.name)))
     server = EngineServer(models, metrics, ipc_dir, settings, url)
     status = asyncio.run(server.run())
@@ -166,9 +168,9 @@ class EngineServer:
         elif kind == "abort":
             self._abort(worker, message[2], message[3], message[4])
         elif kind == "http":
-            self._observe(worker, message[2], message[3])
+            self._observe(worker, message[2], message[3], message[4])
         elif kind == "scrape":
-            self._observe(worker, message[3], message[4])
+            self._observe(worker, message[3], message[4], message[5])
             self._answer(worker, ["scraped", message[2], self.metrics.render()])
         elif kind == "hello":
             self.workers.add(worker)
@@ -176,10 +178,18 @@ class EngineServer:
         elif kind == "bye":
             self.workers.discard(worker)
 
-    def _observe(self, worker: bytes, observations: list[list[Any]], cache_stats: dict[str, Any]) -> None:
-        """A worker's HTTP answers and its result caches' counts, into the one registry."""
+    def _observe(
+        self,
+        worker: bytes,
+        observations: list[list[Any]],
+        cache_stats: dict[str, Any],
+        cpu: list[Any],
+    ) -> None:
+        """A worker's HTTP answers, its result caches' counts and its CPU time ([role, seconds]), into the
+        one registry."""
         for observation in observations:
             self.metrics.observe_http(*observation)
+        self.metrics.process_cpu.reported[cpu[0]] = cpu[1]
         if cache_stats:
             self.metrics.worker_cache_stats[worker.decode()] = cache_stats
 

@@ -5,6 +5,7 @@ process for the text of ``/metrics``, so every worker answers a scrape with the 
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Sequence
 from typing import Any
 
@@ -68,7 +69,11 @@ class LinkedMetrics:
         self._flush_handle = None
         observations = self._take()
         if observations:
-            self._link.send(["http", self._link.name, observations, self._cache_stats()])
+            self._link.send(["http", self._link.name, observations, self._cache_stats(), self._cpu()])
 
     async def render_async(self) -> bytes:
-        return await self._link.scrape(self._take(), self._cache_stats())
+        return await self._link.scrape(self._take(), self._cache_stats(), self._cpu())
+
+    def _cpu(self) -> list[Any]:
+        """[role, this process's CPU seconds] (server/process_cpu.py)."""
+        return [self._link.role, time.process_time()]

@@ -29,6 +29,7 @@ from server.engine_link import api_worker, engine_process
 from server.engine_link.in_flight import InFlightSlots
 from server.listener import StartupError, bind_listener, url_of
 from server.model_registry import ModelRegistry
+from server.process_cpu import name_process
 from server.settings import ServerSettings
 from wde.config import EngineConfig
 from wde.engine_args import EngineArgs
@@ -88,6 +89,7 @@ def serve_with_workers(
     except ValueError as e:
         raise StartupError(str(e)) from e
     sock = bind_listener(host, port)
+    name_process("supervisor")
     ipc_dir = tempfile.mkdtemp(prefix="wde-link-")
     try:
         supervisor = Supervisor(served, settings, sock, ipc_dir, log_level, graceful_timeout, num_workers)

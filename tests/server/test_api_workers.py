@@ -44,12 +44,30 @@ def post_all(url: str, num_requests: int, body: dict) -> list[httpx.Response]:
     return responses
 
 
+def process_name(pid: int) -> str:
+    return Path(f"/proc/{pid}/comm").read_text().strip()
+
+
+def assert_named_and_counted(url: str, parent: int, engine: int, workers: list[int]) -> None:
+    """ps tells the processes apart, and /metrics has each one's CPU seconds (server/process_cpu.py)."""
+    assert process_name(parent) == "wde-supervisor"
+    assert process_name(engine) == "wde-engine"
+    assert sorted(process_name(pid) for pid in workers) == ["wde-api-0", "wde-api-1"]
+    httpx.post(f"{url}/embed", json={"inputs": "counted"}, timeout=TIMEOUT)
+    time.sleep(0.2)  # the worker's observations (and CPU time) reach the engine process within 50 ms
+    text = httpx.get(f"{url}/metrics", timeout=TIMEOUT).text
+    roles = dict(re.findall(r'^wde_process_cpu_seconds_total\{role="([^"]+)"\} (\S+)$', text, re.M))
+    assert {"supervisor", "engine"} <= set(roles) and set(roles) & {"api-0", "api-1"}, text
+    assert all(float(seconds) > 0 for seconds in roles.values()), roles
+
+
 @pytest.mark.slow  # a real `wde serve --api-workers 2`: three processes
 def test_sigterm_drains_every_admitted_request_then_exits_0(tmp_path: Path) -> None:
     with serve_process(tmp_path, "--api-workers", "2", env={"WDE_LOG_LEVEL": "info"}) as server:
         server.wait_healthy()
         log = server.log()
         assert "2 API workers (--api-workers)" in log and len(worker_pids(log)) == 2, log
+        assert_named_and_counted(server.url, server.process.pid, engine_pid(log), worker_pids(log))
         results: list[list[httpx.Response]] = []
         sender = threading.Thread(target=lambda: results.append(post_all(server.url, 8, HEAVY)))
         sender.start()
