@@ -389,7 +389,12 @@ class ModelRegistry:
                 if model.config is not None
                 else functools.partial(LLMEngine.from_engine_args, model.engine_args)
             )
-            engine = AsyncLLMEngine(model.engine_args, frozen_after(build) if self.freeze_heap else build)
+            # its int8 / uint8 ranges for requests with no option computed before it says ready
+            engine = AsyncLLMEngine(
+                model.engine_args,
+                frozen_after(build) if self.freeze_heap else build,
+                calibrate_at_load=True,
+            )
         for hook in self._engine_hooks:
             hook(model, engine)
         return engine

@@ -22,7 +22,6 @@ from server.protocol import CohereErrorResponse, OpenAIErrorResponse, RequestMod
 from server.routes.compat import root_bodies
 from wde.config import PRECISION_NAMES, ModelConfig
 from wde.entrypoints.async_llm_engine import AsyncLLMEngine
-from wde.entrypoints.output_precision import CALIBRATED
 from wde.output_kinds import OUTPUT_KINDS, routes_of
 
 REF = "#/components/schemas/{model}"
@@ -252,9 +251,8 @@ def _constrain_to_model(
     cohere = components.get("CohereRerankRequest")
     if cohere is not None:
         _document_structured_documents(cohere)
-    # 5. the output kinds and options an embedding model has (precision int8 / uint8 with calibration only)
-    calibration = getattr(engine, "calibration", None)
-    _constrain_output_options(components, model_config, calibrated=bool(calibration and calibration.texts))
+    # 5. the output kinds and options an embedding model has (precision: of dense vectors only)
+    _constrain_output_options(components, model_config)
     # 6. an instruction only for an LLM reranker (a model with a pair template), which truncates on the right
     #    only (its template's start holds the instruction)
     if model_config.task != "score" or model_config.pair_template is None:
@@ -270,15 +268,13 @@ def _constrain_to_model(
                     component["properties"][field] = right_only
 
 
-def _constrain_output_options(
-    components: dict[str, Any], model_config: ModelConfig, calibrated: bool
-) -> None:
+def _constrain_output_options(components: dict[str, Any], model_config: ModelConfig) -> None:
     """/v1/embeddings' ``output`` names the model's kinds (distinct); options of a kind the model lacks
-    take null only; int8 / uint8 precision only with a calibration set; chunking only for dense output."""
+    take null only; precision (each of them, int8 / uint8 too: their ranges come from --calibration-file or
+    the bundled set) and chunking only for dense output; Cohere's output_dimension up to the embedding
+    size."""
     kinds = list(model_config.outputs) if model_config.task == "embed" else ["dense"]
-    precisions = [p for p in PRECISION_NAMES if calibrated or p not in CALIBRATED]
-    if "dense" not in kinds:
-        precisions = ["float32"]
+    precisions = list(PRECISION_NAMES) if "dense" in kinds else ["float32"]
     null = {"type": "null"}
     for name in ("EmbedRequest", "EmbeddingRequest", "UnversionedEmbeddingRequest"):
         properties = components.get(name, {}).get("properties", {})
@@ -296,12 +292,8 @@ def _constrain_output_options(
             properties["dimensions"] = null
         if "max_active_dims" in properties and "sparse" not in kinds:
             properties["max_active_dims"] = null
-    for name in ("CohereEmbedRequest", "CohereEmbedV1Request"):  # Cohere's: the float vectors' encodings
+    for name in ("CohereEmbedRequest", "CohereEmbedV1Request"):
         properties = components.get(name, {}).get("properties", {})
-        for option in properties.get("embedding_types", {}).get("anyOf", []):
-            if option.get("type") == "array":
-                names = option["items"]["enum"]
-                option["items"]["enum"] = [n for n in names if calibrated or n not in CALIBRATED]
         for option in properties.get("output_dimension", {}).get("anyOf", []):
             if option.get("type") == "integer":
                 option["maximum"] = model_config.embedding_size

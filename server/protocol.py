@@ -130,7 +130,8 @@ CHUNK_SCORE_HELP = "with long_input chunk: a document's score from its windows' 
 Precision = Literal["float32", "int8", "uint8", "binary", "ubinary"]
 PRECISION_HELP = (
     "quantized vectors, as sentence-transformers' quantize_embeddings: int8 / uint8 (ranges from the "
-    "server's --calibration-file), binary / ubinary (sign bits packed 8 per byte)"
+    "server's --calibration-file, else from wde's bundled sentences; GET /info says which), binary / "
+    "ubinary (sign bits packed 8 per byte)"
 )
 InputType = Literal["query", "document"]
 INPUT_TYPE_HELP = "a late-interaction (ColBERT) model encodes a query or a document (the default) side"
@@ -402,6 +403,13 @@ class ResultCacheInfo(BaseModel):
     deduplicate: bool  # identical inputs of one request run once
 
 
+class CalibrationInfo(BaseModel):
+    """The texts whose embeddings give int8 / uint8 outputs their ranges."""
+
+    source: str  # "bundled" (wde's sentences: wde/calibration/README.md), or --calibration-file's path
+    num_texts: int | None  # null for a model not loaded now (--max-loaded-models)
+
+
 class InfoResponse(BaseModel):
     model_id: str
     served_model_name: str
@@ -425,6 +433,7 @@ class InfoResponse(BaseModel):
     device: str
     executor: str
     result_cache: ResultCacheInfo
+    calibration: CalibrationInfo | None = None  # null for a model without dense output (wde's)
     loaded: bool  # its engine is loaded and ready (wde's)
     num_loads: int  # engines made for it: 1, more when --max-loaded-models reloaded it (wde's)
     models: list[InfoResponse] | None = None  # a multi-model server: every model (wde's)
@@ -624,8 +633,8 @@ COHERE_INPUT_TYPE_HELP = (
 )
 EMBEDDING_TYPES_HELP = (
     "the encodings to return, each under its name (default: float): float, int8 / uint8 (ranges from the "
-    "server's --calibration-file), binary / ubinary (sign bits packed 8 per byte), base64 (little-endian "
-    "float32)"
+    "server's --calibration-file, else from wde's bundled sentences), binary / ubinary (sign bits packed 8 "
+    "per byte), base64 (little-endian float32)"
 )
 COHERE_TRUNCATE_HELP = (
     "an input longer than max_model_len (or max_tokens): NONE refuses it (400), START cuts its start, END "

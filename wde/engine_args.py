@@ -171,7 +171,8 @@ class EngineArgs:
     calibration_file: str | None = flag(
         None,
         help='a .jsonl (its "text" fields) or .txt of ~1,000 texts like the ones you embed: the ranges of '
-        "int8 / uint8 outputs (precision), as sentence-transformers' quantize_embeddings",
+        "int8 / uint8 outputs (precision), as sentence-transformers' quantize_embeddings; default: the "
+        "300 English sentences bundled with wde (wde/calibration/)",
     )
     long_input: str | None = flag(
         None,

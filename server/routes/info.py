@@ -14,7 +14,9 @@ from server.model_registry import ServedModel
 from server.protocol import HealthResponse, InfoResponse
 from server.responses import ORJSONResponse
 from server.routes import held_engine
+from wde.config import ModelConfig
 from wde.entrypoints.engine_thread import EngineDeadError, EngineState, EngineUnavailableError
+from wde.entrypoints.output_precision import BUNDLED
 
 router = APIRouter(tags=["TEI"])
 
@@ -95,6 +97,7 @@ def describe(state: AppState, model: ServedModel) -> dict:
         "device": engine_config.device_config.device,
         "executor": engine_config.device_config.executor,
         "result_cache": _result_cache(model),
+        "calibration": _calibration(model, model_config),
         "loaded": engine is not None and engine.is_ready,
         "num_loads": model.num_loads,
     }
@@ -109,6 +112,16 @@ def _result_cache(model: ServedModel) -> dict:
         "max_bytes": 0 if reuse is None else reuse.cache.max_bytes,
         "deduplicate": reuse is not None,
     }
+
+
+def _calibration(model: ServedModel, model_config: ModelConfig) -> dict | None:
+    """The texts of int8 / uint8 ranges (the loaded engine's; else only the source); None for a model
+    without dense output."""
+    if model_config.task != "embed" or "dense" not in model_config.outputs:
+        return None
+    if model.engine is not None:
+        return model.engine.calibration.describe()
+    return {"source": model.engine_args.calibration_file or BUNDLED, "num_texts": None}
 
 
 # Our pooling names -> TEI's (tei-client validates pooling against TEI's names).

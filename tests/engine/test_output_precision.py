@@ -1,7 +1,8 @@
 """Quantized embedding outputs (``precision``) against sentence-transformers' ``quantize_embeddings`` on the
 same float embeddings and the same calibration set: exact for binary / ubinary, int8 / uint8 within one
 bucket (the issue's bound; the arithmetic is the same float32 numpy, so they are exact here too). Over HTTP:
-``/embed`` and ``/v1/embeddings`` (ints, or base64 of the bytes), and the 400 when no calibration is set.
+``/embed`` and ``/v1/embeddings`` (ints, or base64 of the bytes). Without a calibration file, the bundled
+set's ranges: the codes of quantize_embeddings with those sentences as its calibration embeddings.
 Real weights (the bundled all-MiniLM-L6-v2) on real text: the shared Debian descriptions, else inline text.
 """
 
@@ -16,7 +17,7 @@ import pytest
 
 import wde
 from tests.tiny_models import training_texts
-from wde.entrypoints.output_precision import load_calibration_texts
+from wde.entrypoints.output_precision import Calibration, load_calibration_texts
 
 NUM_QUERIES = 20
 NUM_CALIBRATION = 100
@@ -82,11 +83,18 @@ def test_ranges_are_computed_once_per_option_set(llm: wde.LLM, texts: tuple[list
     assert num_calls[0] - first == 1  # only the two texts ran
 
 
-def test_int8_without_calibration_is_refused(default_llm, texts: tuple[list[str], list[str]]) -> None:
-    with pytest.raises(ValueError, match="--calibration-file"):
-        default_llm.encode(texts[1][:1], precision="int8")
-    packed = default_llm.encode(texts[1][:1], precision="ubinary")[0].embedding  # no calibration needed
-    assert packed.dtype == np.uint8 and packed.shape == (384 // 8,)
+def test_int8_without_calibration_file_uses_the_bundled_set(
+    default_llm: wde.LLM, texts: tuple[list[str], list[str]]
+) -> None:
+    queries = texts[1][:8]
+    floats = np.stack([output.embedding for output in default_llm.encode(queries)])
+    bundled = np.stack([output.embedding for output in default_llm.encode(Calibration.bundled().texts)])
+    for precision in ("int8", "uint8"):
+        got = np.stack([output.embedding for output in default_llm.encode(queries, precision=precision)])
+        expected = reference(floats, precision, bundled)
+        assert int(np.abs(got.astype(np.int16) - expected.astype(np.int16)).max()) <= 1
+    alone = default_llm.encode(queries[3], precision="int8")[0].embedding
+    assert np.array_equal(alone, default_llm.encode(queries, precision="int8")[3].embedding)
 
 
 def test_bad_precision_options(llm: wde.LLM) -> None:

@@ -42,7 +42,14 @@ class FakeEngine:
             outputs=("dense",),
             long_input="truncate",
             long_input_overlap=0,
+            # what the int8 / uint8 calibration at load reads (a server's engine: calibration_at_load.py)
+            prompts={},
+            default_prompt_name=None,
+            task_adapters=None,
+            multi_vector=None,
+            pooling=SimpleNamespace(normalize=True),
         )
+        self.model_config = model_config
         self.engine_config = SimpleNamespace(model_config=model_config)
         self.forward_clock = ForwardClock()
         self.num_idle_calls = 0  # on_idle() calls: the engine thread went idle

@@ -1,12 +1,15 @@
 """Cohere's embed API, ``POST /v2/embed`` and ``POST /v1/embed``.
 
 The cohere SDK unmodified (``ClientV2.embed``, ``Client.embed``) against a real ``wde serve`` of the
-bundled model with saved prompts and a calibration file: the floats equal ``LLM.encode`` of the same model
-with the prompt the input type names (cosine >= 0.99999), every other encoding equals wde's own
-(``/v1/embeddings``' and ``/embed``'s ``precision``). In process: Cohere's fields as wde's options
-(truncate START / END, output_dimension, max_tokens, inputs), v1's two shapes, bad bodies and a
-cross-encoder answered with Cohere's ``{"id", "message"}`` and 400 naming the field, and the routes in
-/openapi.json.
+bundled model with no flag: every type present, the floats equal sentence-transformers' (cosine >= 0.99999),
+int8 / uint8 its quantize_embeddings with the bundled calibration set (within one bucket), a text's int8
+codes the same alone and in a batch of 96, the set named in /info and the log. Against the bundled model
+with saved prompts and a calibration file: the floats equal ``LLM.encode`` of the same model with the prompt
+the input type names, every other encoding equals wde's own (``/v1/embeddings``' and ``/embed``'s
+``precision``), the file's ranges, not the bundled set's. In process: Cohere's fields as wde's options
+(truncate START / END, output_dimension, max_tokens, inputs), v1's two shapes, int8 equal on every door,
+bad bodies and a cross-encoder answered with Cohere's ``{"id", "message"}`` and 400 naming the field, and
+the routes in /openapi.json.
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ from tests.server.conftest import asgi_client
 from tests.server.serve_process import ServeProcess, serve_process
 from wde import LLM, EngineArgs
 from wde.entrypoints.async_llm_engine import AsyncLLMEngine
+from wde.entrypoints.output_precision import Calibration
 
 TIMEOUT = 60.0
 TEXTS = ["What is Debian?", "A free operating system.", "a", "anti-virus toolkit for mail servers"]
@@ -50,7 +54,110 @@ def min_cosine(got: Any, expected: np.ndarray) -> float:
     return float(((a * b).sum(axis=1) / (np.linalg.norm(a, axis=1) * np.linalg.norm(b, axis=1))).min())
 
 
-# ---- the cohere SDK against `wde serve` -------------------------------------------------------------------
+# ---- the cohere SDK against `wde serve` with no flag: the bundled calibration set -------------------------
+# 96 texts of 3 to 19 words; BATCH[ONE] is also sent alone
+BATCH = [" ".join(WORDS[(i * 5 + j * 11) % len(WORDS)] for j in range(3 + i % 17)) for i in range(96)]
+ONE = 40
+SDK_TYPES = ["float", "int8", "uint8", "binary"]
+
+
+@pytest.fixture(scope="module")
+def plain_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServeProcess]:
+    """``wde serve`` with no flag: the bundled model, int8 / uint8 ranges of the bundled set."""
+    with serve_process(tmp_path_factory.mktemp("cohere-plain")) as server:
+        server.wait_healthy(TIMEOUT)
+        yield server
+
+
+@pytest.fixture(scope="module")
+def st_reference(default_model_path: str) -> tuple[np.ndarray, np.ndarray]:
+    """sentence-transformers on the bundled model: (TEXTS' embeddings, the bundled set's embeddings)."""
+    from sentence_transformers import SentenceTransformer
+
+    model = SentenceTransformer(default_model_path, device="cpu")
+    return model.encode(TEXTS), model.encode(Calibration.bundled().texts)
+
+
+def _check_every_type(embeddings: Any, st_reference: tuple[np.ndarray, np.ndarray]) -> None:
+    """Each type present and shaped; the floats sentence-transformers'; int8 / uint8 its quantize_embeddings
+    with the bundled set as calibration (within one bucket); binary the packed signs."""
+    from sentence_transformers.util.quantization import quantize_embeddings
+
+    floats, calibration = st_reference
+    assert min_cosine(embeddings.float_, floats) >= MIN_COSINE
+    for name, dtype in (("int8", np.int8), ("uint8", np.uint8)):
+        got = np.asarray(getattr(embeddings, name))
+        assert got.shape == (len(TEXTS), 384), name
+        assert np.iinfo(dtype).min <= got.min() and got.max() <= np.iinfo(dtype).max, name
+        expected = quantize_embeddings(floats, precision=name, calibration_embeddings=calibration)
+        assert int(np.abs(got - expected.astype(np.int16)).max()) <= 1, name
+    binary = np.asarray(embeddings.binary)
+    assert binary.shape == (len(TEXTS), 384 // 8)
+    signs = np.packbits(np.asarray(embeddings.float_) > 0, axis=-1).astype(np.int16) - 128
+    assert np.array_equal(binary, signs)
+
+
+def test_client_v2_every_type_without_flags(
+    plain_server: ServeProcess, st_reference: tuple[np.ndarray, np.ndarray]
+) -> None:
+    import cohere
+
+    client = cohere.ClientV2(base_url=plain_server.url, api_key="x", timeout=TIMEOUT)
+    response = client.embed(
+        texts=TEXTS, model="embed-v4.0", input_type="search_document", embedding_types=SDK_TYPES
+    )
+    _check_every_type(response.embeddings, st_reference)
+    # the codes of a text do not depend on the batch it came in
+    alone = client.embed(
+        texts=[BATCH[ONE]], model="embed-v4.0", input_type="search_document", embedding_types=["int8"]
+    )
+    batch = client.embed(
+        texts=BATCH, model="embed-v4.0", input_type="search_document", embedding_types=["int8"]
+    )
+    assert len(batch.embeddings.int8) == 96 and batch.embeddings.int8[ONE] == alone.embeddings.int8[0]
+
+
+def test_client_v1_every_type_without_flags(
+    plain_server: ServeProcess, st_reference: tuple[np.ndarray, np.ndarray]
+) -> None:
+    import cohere
+
+    client = cohere.Client(base_url=plain_server.url, api_key="x", timeout=TIMEOUT)
+    response = client.embed(texts=TEXTS, model="embed-english-v3.0", embedding_types=SDK_TYPES)
+    assert response.response_type == "embeddings_by_type"
+    _check_every_type(response.embeddings, st_reference)
+    alone = client.embed(texts=[BATCH[ONE]], input_type="search_query", embedding_types=["int8", "uint8"])
+    batch = client.embed(texts=BATCH, input_type="search_query", embedding_types=["int8", "uint8"])
+    assert batch.embeddings.int8[ONE] == alone.embeddings.int8[0]
+    assert batch.embeddings.uint8[ONE] == alone.embeddings.uint8[0]
+
+
+def test_the_bundled_set_is_named_in_info_and_the_log(plain_server: ServeProcess) -> None:
+    info = httpx.get(f"{plain_server.url}/info", timeout=TIMEOUT).json()
+    assert info["calibration"] == {"source": "bundled", "num_texts": len(Calibration.bundled().texts)}
+    log = plain_server.log()
+    assert (
+        "int8 / uint8 ranges: 300 texts of the bundled set (wde/calibration) embedded for 1 option set" in log
+    )
+
+
+def test_a_calibration_file_overrides_the_bundled_set(
+    plain_server: ServeProcess, cohere_server: ServeProcess
+) -> None:
+    info = httpx.get(f"{cohere_server.url}/info", timeout=TIMEOUT).json()
+    assert (
+        info["calibration"]["source"].endswith("calibration.txt") and info["calibration"]["num_texts"] == 96
+    )
+    # the same floats (the prompted model has no default prompt), other ranges: other codes
+    plain, with_file = (
+        _own(server.url, "/embed", {"inputs": TEXTS}) for server in (plain_server, cohere_server)
+    )
+    assert min_cosine(plain, np.asarray(with_file)) >= MIN_COSINE
+    body = {"inputs": TEXTS, "precision": "int8"}
+    assert _own(plain_server.url, "/embed", body) != _own(cohere_server.url, "/embed", body)
+
+
+# ---- the cohere SDK against `wde serve` of a prompted model with a calibration file ------------------------
 @pytest.fixture(scope="module")
 def prompted_model(tmp_path_factory: pytest.TempPathFactory, default_model_path: str) -> Path:
     """The bundled model with saved prompts, as sentence-transformers writes them."""
@@ -191,6 +298,20 @@ async def test_v1_answers_floats_without_embedding_types(async_engine: AsyncLLME
     assert by_type["meta"]["api_version"] == {"version": "1"}
 
 
+@pytest.mark.anyio
+async def test_int8_is_the_same_on_every_door(async_engine: AsyncLLMEngine) -> None:
+    """Requests with no option share one set of ranges (the bundled set's), whatever the door spells."""
+    v2 = await _post(async_engine, "/v2/embed", {**V2, "texts": TEXTS, "embedding_types": ["uint8", "int8"]})
+    v1 = await _post(async_engine, "/v1/embed", {"texts": TEXTS, "embedding_types": ["int8"]})
+    tei = await _post(async_engine, "/embed", {"inputs": TEXTS, "precision": "int8"})
+    openai = await _post(async_engine, "/v1/embeddings", {"input": TEXTS, "precision": "int8"})
+    int8 = v2.json()["embeddings"]["int8"]
+    assert v1.json()["embeddings"]["int8"] == tei.json() == int8
+    assert [item["embedding"] for item in openai.json()["data"]] == int8
+    uint8 = np.asarray(v2.json()["embeddings"]["uint8"])
+    assert np.array_equal(uint8 - 128, np.asarray(int8))  # one set of buckets, shifted
+
+
 def test_input_type_as_side_and_prompt() -> None:
     assert side_and_prompt("search_query", {}) == ("query", None)
     assert side_and_prompt("search_document", {"document": "d: "}) == ("document", None)  # the engine's pick
@@ -214,7 +335,6 @@ V2 = {"input_type": "search_query", "texts": ["hello"]}
         ("/v2/embed", {"texts": ["hello"]}, "input_type: Field required"),
         ("/v2/embed", {**V2, "input_type": "image"}, "input_type"),
         ("/v2/embed", {**V2, "embedding_types": ["float16"]}, "embedding_types[0]"),
-        ("/v2/embed", {**V2, "embedding_types": ["int8"]}, "--calibration-file"),  # no calibration set here
         ("/v2/embed", {**V2, "texts": "hello"}, "texts: Input should be a valid list"),
         ("/v1/embed", {"texts": "hello"}, "texts: Input should be a valid list"),
         ("/v1/embed", {"texts": []}, "texts: List should have at least 1 item"),
@@ -293,6 +413,6 @@ async def test_openapi_documents_the_routes_in_cohere_shape(async_engine: AsyncL
     request = schema["components"]["schemas"]["CohereEmbedRequest"]
     assert "input_type" in request["required"]
     types = next(o for o in request["properties"]["embedding_types"]["anyOf"] if o.get("type") == "array")
-    assert types["items"]["enum"] == ["float", "binary", "ubinary", "base64"]  # no calibration set here
+    assert types["items"]["enum"] == ["float", "int8", "uint8", "binary", "ubinary", "base64"]
     texts = next(o for o in request["properties"]["texts"]["anyOf"] if o.get("type") == "array")
     assert texts["maxItems"] == 64

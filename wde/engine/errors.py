@@ -16,8 +16,8 @@ class TaskNotSupportedError(ValueError):
 
 
 class OutputNotSupportedError(TaskNotSupportedError):
-    """The embedding model does not produce the output asked for (sparse from a dense-only model, int8
-    without calibration, chunked long inputs of a kind that cannot be averaged)."""
+    """The embedding model does not produce the output asked for (sparse from a dense-only model, a
+    precision of other than dense output, chunked long inputs of a kind that cannot be averaged)."""
 
 
 class RequestFailedError(RuntimeError):

@@ -22,10 +22,13 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
+import numpy as np
+
 from wde.config import EngineConfig
 from wde.engine.llm_engine import LLMEngine
 from wde.engine_args import EngineArgs
 from wde.entrypoints import tasks
+from wde.entrypoints.calibration_at_load import calibrate_at_load
 from wde.entrypoints.call_record import CallObserver, CallRecord
 from wde.entrypoints.engine_thread import (
     Call,
@@ -62,11 +65,14 @@ class AsyncLLMEngine:
         *,
         engine_config: EngineConfig | None = None,
         thread: EngineThread | None = None,
+        calibrate_at_load: bool = False,
     ) -> None:
         """``build_engine`` makes the LLMEngine on the engine thread (default: from ``engine_config``, the
         config already built from ``engine_args`` (``wde serve`` builds each once), else from
         ``engine_args``). ``thread``: the engine's thread when it lives elsewhere (an API worker's
-        ``RemoteEngineThread``: the engine runs in the engine process; needs ``engine_config``)."""
+        ``RemoteEngineThread``: the engine runs in the engine process; needs ``engine_config``).
+        ``calibrate_at_load``: the engine thread computes the int8 / uint8 ranges of requests with no option
+        before it says ready (a server's engine: ``calibration_at_load.py``); else on first use."""
         self.engine_args = engine_args
         if build_engine is None and engine_config is not None:
             build_engine = functools.partial(LLMEngine.from_engine_config, engine_config)
@@ -81,7 +87,9 @@ class AsyncLLMEngine:
             if engine_config is None:
                 raise ValueError("an AsyncLLMEngine over another process's engine needs its engine_config")
             self.result_reuse = ResultReuse(engine_config.model_config, engine_args.cache_size)
-        self.calibration = Calibration.from_file(engine_args.calibration_file)  # int8 / uint8 output ranges
+        # int8 / uint8 output ranges: of --calibration-file's texts, else of the bundled set
+        self.calibration = Calibration.from_file(engine_args.calibration_file)
+        self.calibrate_at_load = calibrate_at_load
         self._chunker_instance: Chunker | None = None
         # calls made during the current event loop iteration, handed to the engine thread together at its
         # end (``_flush_calls``): one hop per iteration, not per call (touched on their event loop only)
@@ -128,10 +136,13 @@ class AsyncLLMEngine:
         return info
 
     def _build_engine(self) -> LLMEngine:
-        """On the engine thread: the LLMEngine, with the result reuse when ``cache_size`` asks for it."""
+        """On the engine thread: the LLMEngine, with the result reuse when ``cache_size`` asks for it and the
+        default option sets' int8 / uint8 ranges when ``calibrate_at_load`` does."""
         engine = self._build()
         if self.engine_args.cache_size:
             self.result_reuse = ResultReuse(engine.engine_config.model_config, self.engine_args.cache_size)
+        if self.calibrate_at_load:
+            calibrate_at_load(engine, self.calibration)
         return engine
 
     def _chunker(self, info: EngineInfo) -> Chunker:
@@ -196,7 +207,8 @@ class AsyncLLMEngine:
     ) -> list[EmbeddingOutput | SparseEmbeddingOutput | MultiVectorOutput | CombinedEmbeddingOutput]:
         """One embedding per prompt, in order: dense, sparse, token vectors or several as ``params.output``
         asks (the model's kind when unset; ``decode`` adds a sparse output's token strings;
-        ``params.precision`` quantizes dense vectors, int8 / uint8 with the calibration set's ranges).
+        ``params.precision`` quantizes dense vectors, int8 / uint8 with the calibration set's ranges:
+        ``quantization_ranges``).
         Raises the InputProcessor's ``TypeError`` / ``ValueError`` for bad input,
         ``OutputNotSupportedError`` for an output kind the model lacks, ``InputTooLongError`` for an
         over-long input with truncation off, ``EngineUnavailableError`` while loading or shutting down."""
@@ -211,6 +223,13 @@ class AsyncLLMEngine:
             self._chunker(info),
         )
         return await self._drive(plan)
+
+    async def quantization_ranges(self, params: PoolingParams) -> np.ndarray:
+        """The int8 / uint8 ranges ``[2, dim]`` for dense float requests of ``params`` (no ``precision``):
+        this engine's, kept since it loaded or an earlier request, else computed from its calibration texts
+        now and kept."""
+        info = self.info
+        return await self._drive(tasks.calibrated_ranges(info.model_config, self.calibration, params))
 
     async def score(
         self,

@@ -45,7 +45,8 @@ class LLM:
         self._request_counter = itertools.count()
         # cache_size > 0: identical inputs run once, earlier results come from the cache
         self.result_reuse = ResultReuse(self.model_config, args.cache_size) if args.cache_size else None
-        self.calibration = Calibration.from_file(args.calibration_file)  # int8 / uint8 output ranges
+        # int8 / uint8 output ranges: of calibration_file's texts, else of the bundled set (on first use)
+        self.calibration = Calibration.from_file(args.calibration_file)
         self.chunker = Chunker(self.engine.tokenizer.untruncated(), self.model_config)  # long_input="chunk"
 
     @property
@@ -79,8 +80,9 @@ class LLM:
         ``MultiVectorOutput`` (``output="multi_vector"``: one vector per scored token; ``input_type="query"``
         encodes a late-interaction model's query side). ``precision`` (int8, uint8, binary, ubinary)
         quantizes dense vectors as sentence-transformers' ``quantize_embeddings`` (int8 / uint8 ranges from
-        the ``calibration_file`` texts). Several kinds at once (``output=["dense", "sparse",
-        "multi_vector"]`` on BGE-M3) run one forward pass and give a ``CombinedEmbeddingOutput`` each.
+        the ``calibration_file`` texts, else from wde's bundled sentences). Several kinds at once
+        (``output=["dense", "sparse", "multi_vector"]`` on BGE-M3) run one forward pass and give a
+        ``CombinedEmbeddingOutput`` each.
         Unset, ``output`` is the model's own kind (``model_config.outputs[0]``). ``batch_size`` caps the
         sequences of one forward pass (the token budget still applies). Raises ``ValueError`` /
         ``TypeError`` for bad input before anything runs (``OutputNotSupportedError`` names the kinds the

@@ -27,7 +27,7 @@ from wde.engine.errors import (
     raise_for_errors,
 )
 from wde.entrypoints.long_inputs import Chunker, aggregate_embeddings, aggregate_scores, long_input_mode
-from wde.entrypoints.output_precision import CALIBRATED, Calibration, quantize
+from wde.entrypoints.output_precision import CALIBRATED, Calibration, calibration_options, quantize
 from wde.entrypoints.scoring import (
     CosinePlan,
     MaxSimPlan,
@@ -139,13 +139,13 @@ def encode(
     """One embedding per prompt, in order: dense vectors, sparse (token id, weight) pairs, token vectors or
     several of them, as ``params.output`` asks (the model's default when unset). With a ``tokenizer``,
     sparse outputs get the token strings of their ids (``decode``). A ``params.precision`` other than float32
-    quantizes dense vectors (int8 / uint8 with the ``calibration`` set's ranges, embedded once). Inputs
-    longer than max_model_len are cut, refused or, with the ``chunker``, embedded in windows
-    (``long_input``: wde/entrypoints/long_inputs.py)."""
+    quantizes dense vectors (int8 / uint8 with the ranges of the ``calibration`` set, embedded once per set
+    of options and kept in it; None: the bundled set, for this call alone). Inputs longer than max_model_len
+    are cut, refused or, with the ``chunker``, embedded in windows (``long_input``:
+    wde/entrypoints/long_inputs.py)."""
     check_operation(model_config, "encode")
     check_output(model_config, params.output)
     precision = params.precision or "float32"
-    (calibration or Calibration(None)).check(precision)
     float_params = _with(params, precision=None)  # the engine (and its cache) run floats
     outputs: list[
         EmbeddingOutput | SparseEmbeddingOutput | MultiVectorOutput | CombinedEmbeddingOutput
@@ -155,18 +155,38 @@ def encode(
     if precision != "float32":
         ranges = None
         if precision in CALIBRATED:
-            assert calibration is not None and calibration.texts  # Calibration.check
-            ranges = calibration.ranges(float_params)
-            if ranges is None:
-                reference: list[EmbeddingOutput] = yield from embed(
-                    model_config, calibration.texts, float_params, chunker
-                )
-                ranges = calibration.store(float_params, np.stack([output.embedding for output in reference]))
+            ranges = yield from calibrated_ranges(
+                model_config, calibration or Calibration.bundled(), float_params
+            )
         dense = _dense(outputs, precision)
         quantized = quantize(np.stack([output.embedding for output in dense]), precision, ranges)
         for output, row in zip(dense, quantized, strict=True):
             output.embedding = row
     return outputs
+
+
+def calibrated_ranges(model_config: ModelConfig, calibration: Calibration, params: PoolingParams) -> Plan:
+    """The int8 / uint8 ranges for float requests of ``params``: kept in ``calibration``, else computed from
+    its texts' embeddings (``calibration_options``) and kept."""
+    options = calibration_options(params, model_config)
+    ranges = calibration.ranges(options)
+    if ranges is None:
+        reference: list[EmbeddingOutput] = yield from embed(model_config, calibration.texts, options, None)
+        ranges = calibration.store(options, np.stack([output.embedding for output in reference]))
+    return ranges
+
+
+def calibrate(
+    model_config: ModelConfig, calibration: Calibration, option_sets: Sequence[PoolingParams]
+) -> Plan:
+    """The ranges of each of ``option_sets`` computed and kept, for an engine to do as it loads
+    (``output_precision.default_option_sets``); returns how many it computed."""
+    num_computed = 0
+    for options in option_sets:
+        if calibration.ranges(calibration_options(options, model_config)) is None:
+            yield from calibrated_ranges(model_config, calibration, options)
+            num_computed += 1
+    return num_computed
 
 
 def _with(params: PoolingParams, **changes: Any) -> PoolingParams:

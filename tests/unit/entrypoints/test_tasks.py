@@ -14,6 +14,7 @@ from tests.unit.engine.conftest import FakeSubmitter, make_model_config
 from wde.config import ModelConfig
 from wde.engine.errors import OutputNotSupportedError, TaskNotSupportedError
 from wde.entrypoints import tasks
+from wde.entrypoints.output_precision import Calibration, quantization_ranges, quantize
 from wde.entrypoints.tasks import TASKS, Submit, run_plan, run_plan_async
 from wde.inputs import PoolingParams
 from wde.outputs import ScoreOutput
@@ -46,11 +47,29 @@ def test_encode_binary_precision_packs_the_signs() -> None:
     assert submit.submissions[0][1].precision is None  # the engine runs floats
 
 
-def test_encode_int8_without_calibration_is_refused_before_anything_runs() -> None:
+def test_encode_int8_ranges_come_from_the_calibration_set_once() -> None:
+    submit = FakeSubmitter(dimensions=16)
+    calibration = Calibration(["alpha", "beta", "gamma", "delta"], "texts.txt")
+    for texts in (["x"], ["x", "y", "z"]):
+        run_plan(tasks.encode(_embedder(), texts, PoolingParams(precision="int8"), None, calibration), submit)
+    (first, _), (calibration_texts, options), *rest = submit.submissions
+    assert first == ["x"] and calibration_texts == calibration.texts and options.truncate is True
+    assert [texts for texts, _ in rest] == [["x", "y", "z"]]  # the ranges are kept: embedded once
+    alone, in_batch = (
+        run_plan(tasks.encode(_embedder(), texts, PoolingParams(precision="int8"), None, calibration), submit)
+        for texts in (["x"], ["y", "x"])
+    )
+    ranges = quantization_ranges(np.stack([submit.vector(text) for text in calibration.texts]))
+    expected = quantize(submit.vector("x")[None, :], "int8", ranges)[0]
+    np.testing.assert_array_equal(alone[0].embedding, expected)
+    np.testing.assert_array_equal(in_batch[1].embedding, expected)  # the batch does not change the codes
+
+
+def test_encode_int8_without_a_calibration_set_uses_the_bundled_one() -> None:
     submit = FakeSubmitter()
-    with pytest.raises(OutputNotSupportedError, match="--calibration-file"):
-        run_plan(tasks.encode(_embedder(), ["x"], PoolingParams(precision="int8")), submit)
-    assert submit.submissions == []
+    (output,) = run_plan(tasks.encode(_embedder(), ["x"], PoolingParams(precision="uint8")), submit)
+    assert submit.submissions[1][0] == Calibration.bundled().texts
+    assert output.embedding.dtype == np.uint8
 
 
 def test_an_embedding_model_scores_by_cosine_embedding_each_text_once() -> None:
