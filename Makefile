@@ -72,13 +72,16 @@ IMAGE ?= wde
 docker-cpu: ## build the CPU server image (docker/Dockerfile.cpu) as IMAGE:cpu
 	docker build -f docker/Dockerfile.cpu -t $(IMAGE):cpu .
 
-docker-cuda: ## build the CUDA server image with flash-attn + xformers (docker/Dockerfile.cuda) as IMAGE:cuda
+docker-cuda: ## build the CUDA server image (docker/Dockerfile.cuda: PyPI's CUDA torch) as IMAGE:cuda
 	docker build -f docker/Dockerfile.cuda -t $(IMAGE):cuda .
 
 docker-check: ## build Dockerfile.cpu (docker or podman), run it read-only as the README says, check it against LLM
 	$(PY) docker/check.py $(DOCKER_CHECK_FLAGS)
 
-.PHONY: docker-cpu docker-cuda docker-check
+docker-check-cuda: ## build Dockerfile.cuda the same way, run it here with --device cpu (no-GPU line, /embed vs LLM, SIGTERM), print its size
+	$(PY) docker/check.py --cuda $(DOCKER_CHECK_FLAGS)
+
+.PHONY: docker-cpu docker-cuda docker-check docker-check-cuda
 
 # Peer engines for `python -m benchmarks.offline --peer infinity --peer vllm --peer st-onnx ...`, each in
 # its own venv and never a dependency of wde. torch goes in first, pinned by constraints.txt (the CPU build

@@ -1,9 +1,11 @@
 """`make docker-check`: build docker/Dockerfile.cpu and run the image as operators do (a read-only root
 filesystem, a tmpfs /tmp, volumes at /models and /data: the README's `docker run`), then hold its answers
-against the in-process LLM and stop it with SIGTERM under load. One line per step; exit 0 when all pass,
-1 at the first that fails, 2 when this machine has no container engine.
+against the in-process LLM and stop it with SIGTERM under load. `make docker-check-cuda` (--cuda) does the
+same with docker/Dockerfile.cuda, on this machine's CPU: `--device cpu` after the image name, as an operator
+without a GPU would. One line per step; exit 0 when all pass, 1 at the first that fails, 2 when this
+machine has no container engine.
 
-    python docker/check.py [--engine docker|podman] [--dockerfile PATH] [--build-only] [--image TAG]
+    python docker/check.py [--cuda] [--engine docker|podman] [--dockerfile PATH] [--build-only] [--image TAG]
                            [--git-ref REF]
 
 --git-ref builds (and compares against) a clean `git archive REF` instead of the working tree, for a tree
@@ -11,17 +13,21 @@ that others edit meanwhile.
 
  1. engine   docker when its daemon answers, else podman (its builds use --isolation=chroot, which needs
              no container runtime)
- 2. base     BASE_IMAGE present, or pulled, or (no registry reachable) made from Debian packages by
-             docker/local_base.sh under the same tag
- 3. torch    TORCH_INDEX_URL: PyTorch's CPU index, or this machine's own pip serving the pinned CPU wheel
- 4. build    the Dockerfile (--build-only stops here: how Dockerfile.cuda is checked)
- 5. run      `ENGINE run --read-only --tmpfs /tmp -v ...`, or where no container runtime works, the
-             image's filesystem itself (docker/image_run.py's ChrootRun), said in the line
- 6. health   GET /health answers 200
- 7. embed    POST /embed of 20 texts of docs.jsonl equals LLM.encode
- 8. rerank   POST /rerank of a rerank.jsonl query over 20 documents equals LLM.rerank
- 9. batch    GET /v1/files answers 200: the Batch API writes to the /data volume
-10. drain    SIGTERM with requests in flight: every accepted one answered, exit code 0
+ 2. base     BASE_IMAGE (python:3.11-slim, both images) present, or pulled, or (no registry reachable) made
+             from Debian packages by docker/local_base.sh under the same tag
+ 3. torch    TORCH_INDEX_URL: PyTorch's CPU index, or this machine's own pip serving the pinned CPU wheel;
+             --cuda: PyPI (the Dockerfile's default), which lists the pinned torch's CUDA wheel
+ 4. build    the Dockerfile (--build-only stops here)
+ 5. size     the image's uncompressed size (ENGINE image inspect)
+ 6. no-gpu   --cuda: the image as built (its default --device cuda) with no GPU visible here exits 2 with
+             one line that names `docker run --gpus all` and `--device cpu`, and the CUDA build of torch
+ 7. run      `ENGINE run --read-only --tmpfs /tmp -v ... IMAGE [--device cpu]`, or where no container
+             runtime works, the image's filesystem itself (docker/image_run.py's ChrootRun), said in the line
+ 8. health   GET /health answers 200
+ 9. embed    POST /embed of 20 texts of docs.jsonl equals LLM.encode
+10. rerank   POST /rerank of a rerank.jsonl query over 20 documents equals LLM.rerank
+11. batch    GET /v1/files answers 200: the Batch API writes to the /data volume
+12. drain    SIGTERM with requests in flight: every accepted one answered, exit code 0
 """
 
 from __future__ import annotations
@@ -50,8 +56,9 @@ DATA = REPO.parent / "shared" / "data"
 BASE_IMAGE = "python:3.11-slim"
 NUM_TEXTS = 20
 TOLERANCE = 1e-5  # max |difference| of embeddings and scores (float32, the same torch on the same CPU)
-BUILD_TIMEOUT = 1800.0
+BUILD_TIMEOUT = 3600.0  # the CUDA image downloads ~3 GB of wheels
 HEALTH_TIMEOUT = 180.0
+NO_GPU_TIMEOUT = 120.0
 NUM_DRAIN_REQUESTS = 24
 TEXTS_PER_DRAIN_REQUEST = 2  # light enough to finish within --graceful-timeout (30 s) on a loaded 2-core box
 UID = 10001
@@ -69,13 +76,18 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
+    parser.add_argument(
+        "--cuda", action="store_true", help="check docker/Dockerfile.cuda, run here with --device cpu"
+    )
     parser.add_argument("--engine", choices=("docker", "podman"), help="default: the first that works here")
-    parser.add_argument("--dockerfile", default="docker/Dockerfile.cpu")
-    parser.add_argument("--image", default="wde:check")
+    parser.add_argument("--dockerfile", help="default: docker/Dockerfile.cpu (--cuda: Dockerfile.cuda)")
+    parser.add_argument("--image", help="default: wde:check (--cuda: wde:check-cuda)")
     parser.add_argument("--base-image", default=BASE_IMAGE)
-    parser.add_argument("--build-only", action="store_true", help="stop after the build (Dockerfile.cuda)")
+    parser.add_argument("--build-only", action="store_true", help="stop after the build")
     parser.add_argument("--git-ref", help="build `git archive GIT_REF` instead of the working tree")
     args = parser.parse_args(argv)
+    args.dockerfile = args.dockerfile or ("docker/Dockerfile.cuda" if args.cuda else "docker/Dockerfile.cpu")
+    args.image = args.image or ("wde:check-cuda" if args.cuda else "wde:check")
     engine = args.engine or find_engine()
     if engine is None:
         print(
@@ -97,26 +109,29 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def run_checks(engine: str, args: argparse.Namespace, work: Path) -> None:
-    # 2.-4. the image, from the working tree or a clean export of a commit
+    # 2.-5. the image, from the working tree or a clean export of a commit
     context = REPO if args.git_ref is None else export(args.git_ref, work / "context")
-    base_image = ensure_base(engine, args.base_image, args.dockerfile)
-    torch_index, line = open_torch_index(args.dockerfile, work)
-    if torch_index is not None:
-        step("torch", line)
+    base_image = ensure_base(engine, args.base_image)
+    torch_index, line = open_torch_index(args.cuda, work)
+    step("torch", line)
     try:
         build(engine, context, args.dockerfile, args.image, base_image, torch_index, work)
     finally:
-        if torch_index is not None:
-            torch_index.close()
+        torch_index.close()
+    report_size(engine, args.image)
     if args.build_only:
         return
-    # 5.-10. the server, run as the README says
+    # 6.-12. the server, run as the README says
     port = free_port()
     models, data = work / "models", work / "data"
     for folder in (models, data):
         folder.mkdir()
         shutil.chown(folder, UID, UID)
-    run = start(engine, args.image, port, models, data, work / "serve.log")
+    if args.cuda:
+        check_no_gpu(engine, args.image, port, models, data, work / "no-gpu.log")
+    serve_args = ["--device", "cpu"] if args.cuda else []
+    run, line = start(engine, args.image, port, models, data, work / "serve.log", serve_args)
+    step("run", line)
     try:
         url = f"http://127.0.0.1:{port}"
         wait_healthy(run, url)
@@ -143,9 +158,7 @@ def version_of(engine: str) -> str:
     return done.stdout.strip()
 
 
-def ensure_base(engine: str, base_image: str, dockerfile: str) -> str:
-    if "Dockerfile.cpu" not in dockerfile:  # the CUDA images: pulled by the build itself
-        return ""
+def ensure_base(engine: str, base_image: str) -> str:
     if subprocess.run([engine, "image", "inspect", base_image], capture_output=True).returncode == 0:
         step("base", f"{base_image}: present")
         return base_image
@@ -165,10 +178,10 @@ def ensure_base(engine: str, base_image: str, dockerfile: str) -> str:
     return base_image
 
 
-def open_torch_index(dockerfile: str, work: Path) -> tuple[TorchIndex | None, str]:
-    if "Dockerfile.cpu" not in dockerfile:
-        return None, ""
+def open_torch_index(cuda: bool, work: Path) -> tuple[TorchIndex, str]:
     try:
+        if cuda:
+            return TorchIndex.pypi(REPO / "constraints.txt", "3.11")
         return TorchIndex.open(REPO / "constraints.txt", work / "torch-index", "3.11")
     except (RuntimeError, ValueError) as e:
         raise CheckFailed(f"torch: {e}") from e
@@ -189,16 +202,14 @@ def build(
     dockerfile: str,
     image: str,
     base_image: str,
-    torch_index: TorchIndex | None,
+    torch_index: TorchIndex,
     work: Path,
 ) -> None:
     command = [engine, "build", "--network=host", "-f", dockerfile, "-t", image]
     if engine == "podman":
         command.append("--isolation=chroot")  # no container runtime needed for RUN steps
-    if base_image:
-        command += ["--build-arg", f"BASE_IMAGE={base_image}"]
-    if torch_index is not None:
-        command += ["--build-arg", f"TORCH_INDEX_URL={torch_index.url}"]
+    for build_arg in (f"BASE_IMAGE={base_image}", f"TORCH_INDEX_URL={torch_index.url}"):
+        command += ["--build-arg", build_arg]
     log_path = work / "build.log"
     started = time.monotonic()
     with log_path.open("w") as log:
@@ -211,11 +222,17 @@ def build(
     if done.returncode != 0:
         tail = "\n".join(log_path.read_text(errors="replace").splitlines()[-20:])
         raise CheckFailed(f"build: {' '.join(command)} . exited {done.returncode}:\n{tail}")
-    size = subprocess.run(
+    step("build", f"{dockerfile} -> {image} in {time.monotonic() - started:.0f} s")
+
+
+def report_size(engine: str, image: str) -> None:
+    done = subprocess.run(
         [engine, "image", "inspect", "--format", "{{.Size}}", image], capture_output=True, text=True
     )
-    size_mb = int(size.stdout.strip() or 0) / 1e6
-    step("build", f"{dockerfile} -> {image} in {time.monotonic() - started:.0f} s ({size_mb:.0f} MB)")
+    if done.returncode != 0 or not done.stdout.strip().isdigit():
+        raise CheckFailed(f"size: {engine} image inspect {image} answered: {done.stderr.strip()}")
+    size = int(done.stdout.strip())
+    step("size", f"{image}: {size / 1e9:.2f} GB uncompressed ({size:,} bytes, {engine} image inspect)")
 
 
 # ---- the server ---------------------------------------------------------------------------------------
@@ -225,24 +242,41 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def start(engine: str, image: str, port: int, models: Path, data: Path, log_path: Path) -> ImageRun:
+def start(
+    engine: str, image: str, port: int, models: Path, data: Path, log_path: Path, args: list[str]
+) -> tuple[ImageRun, str]:
+    """(the running image, how it runs: the `run` step's line)"""
     volumes = "-v MODELS:/models -v DATA:/data"
     try:
-        run: ImageRun = ContainerRun.start(engine, image, port, models, data, log_path)
-        step("run", f"{run.description} {volumes} -p 127.0.0.1:{port}:8000 {image}")
-        return run
+        run: ImageRun = ContainerRun.start(engine, image, port, models, data, log_path, args)
+        return run, f"{run.description} {volumes} -p 127.0.0.1:{port}:8000 {' '.join([image, *args])}"
     except RuntimeError as e:
         if engine != "podman":
             raise CheckFailed(f"run: {engine} cannot run the image: {e}") from e
         reason = str(e)
-    run = ChrootRun.start(image, port, models, data, log_path)
-    entrypoint = " ".join(image_config(engine, image).get("Entrypoint") or [])
-    step(
-        "run",
+    run = ChrootRun.start(image, port, models, data, log_path, args)
+    command = " ".join([*(image_config(engine, image).get("Entrypoint") or []), *args])
+    return run, (
         f"no container runtime works here ({reason}); running the image's filesystem directly: "
-        f"{run.description}, {volumes}, `{entrypoint}` on port {port}",
+        f"{run.description}, {volumes}, `{command}` on port {port}"
     )
-    return run
+
+
+def check_no_gpu(engine: str, image: str, port: int, models: Path, data: Path, log_path: Path) -> None:
+    """The CUDA image as built (WDE_DEVICE=cuda) where no GPU is visible: exit 2 with one line."""
+    run, _ = start(engine, image, port, models, data, log_path, [])
+    try:
+        code = run.wait(timeout=NO_GPU_TIMEOUT)
+        lines = run.logs().strip().splitlines()
+    except subprocess.TimeoutExpired as e:
+        raise CheckFailed(f"no-gpu: the image still runs {NO_GPU_TIMEOUT:.0f} s after start (no GPU)") from e
+    finally:
+        run.close()
+    said = " | ".join(lines)
+    expected = ("no CUDA device is visible", "--gpus all", "--device cpu")
+    if code != 2 or len(lines) != 1 or not all(words in said for words in expected):
+        raise CheckFailed(f"no-gpu: exit code {code}, {len(lines)} lines: {said[-2000:]}")
+    step("no-gpu", f"{image} (its default --device cuda), no GPU visible: exit code 2, one line: {said}")
 
 
 def wait_healthy(run: ImageRun, url: str) -> None:

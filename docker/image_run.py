@@ -1,11 +1,12 @@
 """How `make docker-check` runs the image, as operators do: a read-only root filesystem, a tmpfs ``/tmp``,
 host folders as the ``/models`` and ``/data`` volumes, the image's own user, environment and entrypoint.
 
-``ContainerRun``: ``ENGINE run --read-only --tmpfs /tmp -v MODELS:/models -v DATA:/data -p PORT:8000 IMAGE``
-(the README's command). ``ChrootRun``, where no container runtime works (a machine that is itself a
-sandbox): the image's filesystem from ``podman image mount``, in a private mount namespace, bind-mounted
-read-only, with a tmpfs ``/tmp``, the two volumes, ``/proc`` and ``/dev``; the entrypoint runs there with
-``chroot --userspec=UID:GID`` and the image's environment only."""
+``ContainerRun``: ``ENGINE run --read-only --tmpfs /tmp -v MODELS:/models -v DATA:/data -p PORT:8000 IMAGE
+[ARGS]`` (the README's command; ARGS replace the image's CMD, as ``docker run`` does). ``ChrootRun``, where
+no container runtime works (a machine that is itself a sandbox): the image's filesystem from ``podman image
+mount``, in a private mount namespace, bind-mounted read-only, with a tmpfs ``/tmp``, the two volumes,
+``/proc`` and ``/dev``; the entrypoint (and ARGS, else the CMD) runs there with ``chroot
+--userspec=UID:GID`` and the image's environment only."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ import json
 import shlex
 import subprocess
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -48,7 +50,14 @@ class ContainerRun:
 
     @classmethod
     def start(
-        cls, engine: str, image: str, port: int, models: Path, data: Path, log_path: Path
+        cls,
+        engine: str,
+        image: str,
+        port: int,
+        models: Path,
+        data: Path,
+        log_path: Path,
+        args: Sequence[str] = (),
     ) -> ContainerRun:
         """Raises RuntimeError (with the engine's last line) when the engine cannot run a container here."""
         name = f"wde-check-{port}"
@@ -56,6 +65,7 @@ class ContainerRun:
             *(engine, "run", "--detach", "--name", name, "--read-only", "--tmpfs", "/tmp"),
             *("-v", f"{models}:/models", "-v", f"{data}:/data", "-p", f"127.0.0.1:{port}:{CONTAINER_PORT}"),
             image,
+            *args,
         ]
         done = subprocess.run(command, capture_output=True, text=True)
         if done.returncode != 0:
@@ -102,13 +112,15 @@ class ChrootRun:
         )
 
     @classmethod
-    def start(cls, image: str, port: int, models: Path, data: Path, log_path: Path) -> ChrootRun:
+    def start(
+        cls, image: str, port: int, models: Path, data: Path, log_path: Path, args: Sequence[str] = ()
+    ) -> ChrootRun:
         config = image_config("podman", image)
         done = subprocess.run(["podman", "image", "mount", image], capture_output=True, text=True, check=True)
         root = done.stdout.strip()
         user = _numeric_user(Path(root), config.get("User") or "root")
         env = [item for item in config.get("Env") or [] if not item.startswith("WDE_PORT=")]
-        command = [*(config.get("Entrypoint") or []), *(config.get("Cmd") or [])]
+        command = [*(config.get("Entrypoint") or []), *(args or config.get("Cmd") or [])]
         mounts = [
             f"mount --bind {root} {root}",
             f"mount -o remount,bind,ro {root}",  # the root filesystem: read-only

@@ -1,7 +1,8 @@
-"""``TorchIndex``: the TORCH_INDEX_URL an image build uses. PyTorch's CPU index when it answers; otherwise
-this machine's own pip (its mirrors and find-links, as `pip config list` shows them) fetches the CPU wheel
-of the torch that constraints.txt pins, and a local HTTP server offers it as a one-package index that the
-build (on the host's network) reads."""
+"""``TorchIndex``: the TORCH_INDEX_URL an image build uses. For Dockerfile.cpu, PyTorch's CPU index when it
+answers; otherwise this machine's own pip (its mirrors and find-links, as `pip config list` shows them)
+fetches the CPU wheel of the torch that constraints.txt pins, and a local HTTP server offers it as a
+one-package index that the build (on the host's network) reads. For Dockerfile.cuda, PyPI itself: its Linux
+x86-64 torch wheel is the CUDA build (``TorchIndex.pypi`` checks that it lists the pinned one)."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ import urllib.request
 from pathlib import Path
 
 DEFAULT_URL = "https://download.pytorch.org/whl/cpu"
+PYPI_URL = "https://pypi.org/simple"
 
 
 def reachable(url: str, timeout: float = 10.0) -> bool:
@@ -68,6 +70,25 @@ class TorchIndex:
             f"{DEFAULT_URL} is unreachable: {found[0].name} from this machine's pip configuration, served "
             f"at {url}"
         )
+
+    @classmethod
+    def pypi(cls, constraints: Path, python_version: str) -> tuple[TorchIndex, str]:
+        """(PyPI, one line naming the CUDA wheel it lists); raises RuntimeError when it lists none."""
+        version = pinned_torch(constraints)
+        tag = "cp" + python_version.replace(".", "")
+        wheel = f"torch-{version}-{tag}-{tag}-manylinux_2_28_x86_64.whl"
+        try:
+            with urllib.request.urlopen(f"{PYPI_URL}/torch/", timeout=30) as answer:
+                listed = wheel in answer.read().decode(errors="replace")
+        except OSError as e:
+            raise RuntimeError(
+                f"{PYPI_URL} is unreachable ({e}): the CUDA image's torch and its nvidia-* libraries come "
+                "from PyPI; build where it answers, or give the Dockerfile a mirror (TORCH_INDEX_URL, "
+                "PYPI_INDEX_URL)"
+            ) from e
+        if not listed:
+            raise RuntimeError(f"{PYPI_URL}/torch/ lists no {wheel}: constraints.txt pins torch=={version}")
+        return cls(PYPI_URL), f"{PYPI_URL} (the Dockerfile's default): {wheel}, PyPI's CUDA build"
 
     def close(self) -> None:
         if self._server is not None:
