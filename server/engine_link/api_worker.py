@@ -77,7 +77,7 @@ def main(
         model_index = index_of[id(engine_args)]
         engine_config = served[model_index][1]
         thread = link.thread_for(model_index, engine_config)
-        return AsyncLLMEngine(engine_args, engine_config=engine_config, thread=thread)  # type: ignore[arg-type]
+        return AsyncLLMEngine(engine_args, engine_config=engine_config, thread=thread)
 
     models = ModelRegistry(
         [ServedModel(engine_args, config=engine_config) for engine_args, engine_config in served],

@@ -1,7 +1,9 @@
 """An API worker's side of the engine link: ``EngineLink`` (the sockets and their reader thread) and one
-``RemoteEngineThread`` per model, which an ``AsyncLLMEngine`` drives exactly as it drives an
-``EngineThread``: calls go out as one message per event-loop iteration, answers come back one message per
-engine step and resolve the calls' futures on their loop (one ``call_soon_threadsafe`` per message).
+``RemoteEngineThread`` per model, the ``EngineClient`` an ``AsyncLLMEngine`` drives exactly as it drives an
+``EngineThread``. The worker validates and tokenizes each call's requests itself (``RequestPreparer``) and
+sends the ready ones as one ``Submit`` per event-loop iteration (their token ids in one array); a request
+that cannot run (too long with truncation off) is answered here. Answers come back one message per engine
+step and resolve the calls' futures on their loop (one ``call_soon_threadsafe`` per message).
 
 The reader thread also hears the engine process's state every 0.1 s (``/health``, the watchdog, the
 token budget ``/info`` shows) and watches a pipe the engine process holds open: when that process dies,
@@ -17,15 +19,33 @@ import itertools
 import logging
 import os
 import threading
+import time
 from collections.abc import Sequence
+from itertools import chain
 from multiprocessing.connection import Connection
-from typing import Any
 
+import numpy as np
 import zmq
 
-from server.engine_link import wire
+from server.engine_link import messages
 from server.engine_link.engine_process import IN_ENDPOINT, OUT_ENDPOINT, endpoint
+from server.engine_link.messages import (
+    Abort,
+    Answers,
+    Array,
+    Bye,
+    CallIn,
+    Hello,
+    HttpStats,
+    ModelState,
+    Prepared,
+    Scrape,
+    Scraped,
+    States,
+    Submit,
+)
 from wde.config import EngineConfig
+from wde.engine.request_preparer import RequestPreparer
 from wde.entrypoints.engine_thread import (
     Call,
     EngineCounts,
@@ -36,6 +56,9 @@ from wde.entrypoints.engine_thread import (
     EngineUnavailableError,
     resolve_calls,
 )
+from wde.inputs import PoolingParams
+from wde.outputs import ErrorOutput, RequestMetrics
+from wde.request import Request, RequestStatus
 from wde.tokenizer import Tokenizer
 
 logger = logging.getLogger("wde.server")
@@ -68,7 +91,7 @@ class EngineLink:
         self._scrapes: dict[int, tuple[asyncio.AbstractEventLoop, asyncio.Future[bytes]]] = {}
         self._reader = threading.Thread(target=self._read, name="wde-engine-link", daemon=True)
         self._closed = False
-        self._last_states: list[list[Any]] = []  # the engine process's last word on each model
+        self._last_states: list[ModelState] = []  # the engine process's last word on each model
         self.heard = threading.Event()  # set by its first state message
 
     def thread_for(self, model_index: int, engine_config: EngineConfig) -> RemoteEngineThread:
@@ -82,22 +105,20 @@ class EngineLink:
         """Connect (idempotent); the engine process answers with every model's state (``heard``)."""
         if not self._reader.is_alive():
             self._reader.start()
-            self.send(["hello", self.name])
+            self.send(Hello(self.name))
 
-    def send(self, message: list[Any]) -> None:
-        self.send_frames([wire.pack(message)])
-
-    def send_frames(self, frames: list[bytes]) -> None:
+    def send(self, message: messages.ToEngine) -> None:
+        data = messages.encode(message)
         with self._push_lock:
             if not self._closed:
-                self._push.send_multipart(frames)  # copied: zero-copy frames cost more when small
+                self._push.send(data)  # copied: zero-copy frames cost more when small
 
     def close(self) -> None:
         """Say goodbye and close the sockets (the reader thread ends within a poll interval)."""
         with self._push_lock:
             if self._closed:
                 return
-            self._push.send(wire.pack(["bye", self.name]))
+            self._push.send(messages.encode(Bye(self.name)))
             self._closed = True
         self._push.close(linger=1000)
         if self._reader.is_alive() and threading.current_thread() is not self._reader:
@@ -106,16 +127,20 @@ class EngineLink:
             self._pull.close(linger=0)
             self._context.term()
 
-    async def scrape(
-        self, observations: list[list[Any]], cache_stats: dict[str, Any], cpu: list[Any]
-    ) -> bytes:
+    def stats(
+        self, observations: list[tuple[str, str, str, str, float]], cache_stats: dict[str, dict[str, float]]
+    ) -> HttpStats:
+        """This worker's HTTP observations and result caches' counts, with its CPU time so far."""
+        return HttpStats(self.name, self.role, time.process_time(), observations, cache_stats)
+
+    async def scrape(self, stats: HttpStats) -> bytes:
         """The server's /metrics text, rendered by the engine process (after these HTTP observations)."""
         loop = asyncio.get_running_loop()
         scrape_id = next(self._scrape_ids)
         future: asyncio.Future[bytes] = loop.create_future()
         self._scrapes[scrape_id] = (loop, future)
         try:
-            self.send(["scrape", self.name, scrape_id, observations, cache_stats, cpu])
+            self.send(Scrape(self.name, scrape_id, stats))
             return await asyncio.wait_for(future, timeout=10.0)
         finally:
             self._scrapes.pop(scrape_id, None)
@@ -134,51 +159,40 @@ class EngineLink:
                         data = self._pull.recv(zmq.NOBLOCK)
                     except zmq.Again:
                         break
-                    self._dispatch(wire.unpack(data))
+                    self._dispatch(messages.decode_to_worker(data))
             if self._engine_alive is not None and self._engine_alive.fileno() in events:
                 # the only writer is the engine process: readable means it closed (it died or ended)
                 for thread in self.threads.values():
                     thread.engine_gone(ENGINE_GONE)
                 return
 
-    def _dispatch(self, message: list[Any]) -> None:
-        kind = message[0]
-        if kind == "answers":
+    def _dispatch(self, message: messages.ToWorker) -> None:
+        if isinstance(message, Answers):
             finished: list[Call] = []
-            for answer in message[1]:
-                thread = self.threads.get(answer[1])
-                call = None if thread is None else thread.take(answer[2])
-                if call is None:
-                    continue  # aborted meanwhile
-                if answer[0] == "done":
-                    call.outputs = wire.decode_outputs(answer[3], call.request_ids)  # type: ignore[assignment]
+            for answer in message.answers:
+                thread = self.threads.get(answer.model)
+                call = None if thread is None else thread.take(answer.call_id, answer)
+                if call is not None:
                     finished.append(call)
-                else:
-                    call.fail(wire.decode_error(answer[3]))
             if finished:
                 resolve_calls(finished)
-        elif kind == "state":
-            self._last_states = message[1]
+        elif isinstance(message, States):
+            self._last_states = message.models
             self.heard.set()
-            for model_index, state in enumerate(message[1]):
+            for model_index, state in enumerate(message.models):
                 thread = self.threads.get(model_index)
                 if thread is not None:
                     thread.update(state)
-        elif kind == "scraped":
-            entry = self._scrapes.get(message[1])
+        elif isinstance(message, Scraped):
+            entry = self._scrapes.get(message.scrape_id)
             if entry is not None:
                 loop, future = entry
-                loop.call_soon_threadsafe(_resolve, future, message[2])
+                loop.call_soon_threadsafe(_resolve, future, message.text)
 
 
-def _resolve(future: asyncio.Future[Any], value: Any) -> None:
+def _resolve(future: asyncio.Future[bytes], value: bytes) -> None:
     if not future.done():
         future.set_result(value)
-
-
-def _call_fields(call_id: int, call: Call) -> list[Any]:
-    params = wire.encode_params(call.params)
-    return [call_id, call.request_ids, call.prompts, params, call.priority, call.arrival_time]
 
 
 class _RunningForward:
@@ -191,9 +205,54 @@ class _RunningForward:
         return self.seconds
 
 
+@dataclasses.dataclass
+class _Sent:
+    """A call in the engine process: which of its requests went there (the others were answered here)."""
+
+    call: Call
+    positions: list[int]
+
+
+class _Outgoing:
+    """One ``Submit`` being built: the distinct params, the calls, every ready request's ids."""
+
+    def __init__(self) -> None:
+        self.params: list[PoolingParams] = []
+        self._params_index: dict[PoolingParams, int] = {}
+        self.calls: list[CallIn] = []
+        self.requests: list[Request] = []
+
+    def add(self, call_id: int, model: int, call: Call, requests: list[Request]) -> None:
+        index = self._params_index.get(call.params)
+        if index is None:
+            index = self._params_index[call.params] = len(self.params)
+            self.params.append(call.params)
+        tokenized = [request.tokenize_span is not None for request in requests]
+        span = next((request.tokenize_span for request in requests if request.tokenize_span), None)
+        prepared = Prepared(
+            request_ids=[request.request_id for request in requests],
+            num_tokens=[len(request.token_ids) for request in requests],  # type: ignore[arg-type]
+            has_type_ids=[request.token_type_ids is not None for request in requests],
+            truncated=[request.truncated for request in requests],
+            num_unattended_tokens=[request.num_unattended_tokens for request in requests],
+            tokenized=tokenized,
+            tokenize_span=span,
+        )
+        self.calls.append(CallIn(call_id, model, index, call.priority, call.arrival_time, prepared))
+        self.requests += requests
+
+    def message(self, worker: str) -> Submit:
+        num_ids = sum(sum(call.requests.num_tokens) for call in self.calls)
+        id_lists = [request.token_ids for request in self.requests if request.token_ids is not None]
+        ids = np.fromiter(chain.from_iterable(id_lists), np.int32, num_ids)
+        with_types = [r.token_type_ids for r in self.requests if r.token_type_ids is not None]
+        type_ids = Array.of(np.fromiter(chain.from_iterable(with_types), np.int32)) if with_types else None
+        return Submit(worker, self.params, self.calls, Array.of(ids), type_ids)
+
+
 class RemoteEngineThread(EngineLifecycle):
-    """What ``AsyncLLMEngine`` needs of its ``EngineThread``, for an engine in the engine process (its
-    ``listeners`` stay empty: the engine process's metrics observe the engine)."""
+    """The ``EngineClient`` of an engine in the engine process (its ``listeners`` stay empty: the engine
+    process's metrics observe the engine)."""
 
     def __init__(self, link: EngineLink, model_index: int, engine_config: EngineConfig) -> None:
         super().__init__()
@@ -203,9 +262,10 @@ class RemoteEngineThread(EngineLifecycle):
         self._lock = threading.Lock()  # state, pending
         self._stopped = threading.Event()
         self._call_ids = itertools.count()
-        self._pending: dict[int, Call] = {}
+        self._pending: dict[int, _Sent] = {}
         self._call_of_first_request: dict[str, int] = {}  # to abort by request ids
         self._reason = "the model is still loading; retry in a few seconds"
+        self._preparer: RequestPreparer | None = None  # made with the engine's info, once ready
         self.forward_clock = _RunningForward()
 
     # ---- what AsyncLLMEngine calls (any thread) ---------------------------------------------------------
@@ -222,28 +282,52 @@ class RemoteEngineThread(EngineLifecycle):
         self.add_many([call])
 
     def add_many(self, calls: Sequence[Call]) -> None:
-        """One message for the calls: a header frame, then one frame per call, each packed alone, so that
-        a call whose inputs cannot cross (an integer over 64 bits) fails alone."""
-        frames = [wire.pack(["add", self._link.name, self._model_index])]
+        """Prepare each call's requests here (a call that fails validation fails alone; a request that
+        cannot run gets its error output here), then send the ready ones in one message."""
         with self._lock:
             if self.state == EngineState.FAILED:
                 raise EngineDeadError(self._reason)
-            if self.state != EngineState.READY:
+            if self.state != EngineState.READY or self._preparer is None:
                 raise EngineUnavailableError(self._reason)
-            for call in calls:
-                if not call.request_ids:
-                    call.resolve()
-                    continue
-                call_id = next(self._call_ids)
-                try:
-                    frames.append(wire.pack(_call_fields(call_id, call)))
-                except (TypeError, ValueError, OverflowError) as e:
-                    call.fail(ValueError(f"the inputs cannot be sent to the engine: {e}"))
-                    continue
-                self._pending[call_id] = call
+        outgoing = _Outgoing()
+        for call in calls:
+            sent = self._prepare(call, outgoing)
+            if sent is None:
+                continue
+            with self._lock:
+                call_id = outgoing.calls[-1].call_id
+                self._pending[call_id] = sent
                 self._call_of_first_request[call.request_ids[0]] = call_id
-        if len(frames) > 1:
-            self._link.send_frames(frames)
+        if outgoing.calls:
+            self._link.send(outgoing.message(self._link.name))
+
+    def _prepare(self, call: Call, outgoing: _Outgoing) -> _Sent | None:
+        """Add ``call``'s ready requests to ``outgoing``; None when nothing of it goes to the engine."""
+        assert self._preparer is not None
+        if not call.request_ids:
+            call.resolve()
+            return None
+        try:
+            requests = self._preparer.prepare(call.request_ids, call.prompts, call.params)
+        except Exception as e:  # validation: the call fails alone, as on the engine thread
+            call.fail(e)
+            return None
+        positions, ready = [], []
+        now = time.monotonic()
+        for position, request in enumerate(requests):
+            if request.status == RequestStatus.FAILED:
+                metrics = RequestMetrics(call.arrival_time, None, now, request.tokenize_span)
+                error = request.error or RuntimeError("the request failed without an error")
+                call.outputs[position] = ErrorOutput(request.request_id, error, metrics)
+                call.num_remaining -= 1
+            else:
+                positions.append(position)
+                ready.append(request)
+        if not ready:
+            call.resolve()
+            return None
+        outgoing.add(next(self._call_ids), self._model_index, call, ready)
+        return _Sent(call, positions)
 
     def abort(self, request_ids: list[str]) -> None:
         if not request_ids:
@@ -253,7 +337,7 @@ class RemoteEngineThread(EngineLifecycle):
             if call_id is None or self._pending.pop(call_id, None) is None:
                 return
             self._note_idle()
-        self._link.send(["abort", self._link.name, self._model_index, call_id, request_ids])
+        self._link.send(Abort(self._link.name, self._model_index, call_id))
 
     def stop(self, timeout: float | None = None) -> None:
         """This worker takes no more work for the model; its calls still in the engine are answered first
@@ -276,12 +360,24 @@ class RemoteEngineThread(EngineLifecycle):
             self._link.close()
 
     # ---- the link's reader thread ---------------------------------------------------------------------
-    def take(self, call_id: int) -> Call | None:
+    def take(self, call_id: int, answer: messages.Answer) -> Call | None:
+        """The call ``answer`` finishes, its outputs filled in (None: aborted meanwhile); a call the engine
+        failed whole is failed here."""
         with self._lock:
-            call = self._pending.pop(call_id, None)
-            if call is not None:
-                self._call_of_first_request.pop(call.request_ids[0], None)
+            sent = self._pending.pop(call_id, None)
+            if sent is not None:
+                self._call_of_first_request.pop(sent.call.request_ids[0], None)
             self._note_idle()
+        if sent is None:
+            return None
+        call = sent.call
+        if answer.outputs is None:
+            call.fail(answer.error.rebuild() if answer.error else RuntimeError("the engine failed the call"))
+            return None
+        request_ids = [call.request_ids[position] for position in sent.positions]
+        outputs = messages.request_outputs(answer.outputs, request_ids)
+        for position, output in zip(sent.positions, outputs, strict=True):
+            call.outputs[position] = output
         return call
 
     def _note_idle(self) -> None:
@@ -289,27 +385,26 @@ class RemoteEngineThread(EngineLifecycle):
         if not self._pending and self.state == EngineState.DRAINING:
             self._stopped.set()
 
-    def update(self, values: list[Any]) -> None:
-        state_name, reason, num_waiting, num_unfinished, forward_seconds, backend, budget = values
-        remote = EngineState(state_name)
-        self.counts = EngineCounts(num_waiting, num_unfinished)
-        self.forward_clock.seconds = forward_seconds
+    def update(self, model_state: ModelState) -> None:
+        remote = EngineState(model_state.state)
+        self.counts = EngineCounts(model_state.num_waiting, model_state.num_unfinished)
+        self.forward_clock.seconds = model_state.forward_seconds
         if remote == EngineState.READY and self.info is None:
-            self.info = self._engine_info(backend, budget)
+            self.info = self._engine_info(model_state)
         with self._lock:
             if self.state in (EngineState.STOPPED, EngineState.FAILED):
                 return
             if remote == EngineState.FAILED:
-                self._fail_all(reason)
+                self._fail_all(model_state.reason)
                 return
             if self.state == EngineState.DRAINING:
                 return
             if remote in (EngineState.READY, EngineState.LOADING):
                 self.state = remote
-                self._reason = reason
+                self._reason = model_state.reason
             elif remote in (EngineState.DRAINING, EngineState.STOPPED):
                 self.state = EngineState.DRAINING
-                self._reason = reason or "the server is shutting down; retry on another replica"
+                self._reason = model_state.reason or "the server is shutting down; retry on another replica"
         if remote == EngineState.READY:
             self._ready.set()
 
@@ -324,19 +419,21 @@ class RemoteEngineThread(EngineLifecycle):
         self.state = EngineState.FAILED
         self._reason = reason
         self.error = EngineDeadError(reason)
-        calls, self._pending = list(self._pending.values()), {}
+        sent, self._pending = list(self._pending.values()), {}
         self._call_of_first_request.clear()
-        for call in calls:
-            call.fail(EngineDeadError(reason))
+        for entry in sent:
+            entry.call.fail(EngineDeadError(reason))
         self._stopped.set()
         self._ready.set()
         self._dead.set()
 
-    def _engine_info(self, backend: str, budget: list[Any] | None) -> EngineInfo:
-        """The engine's config (with the token budget its runner chose) and this worker's tokenizer."""
+    def _engine_info(self, model_state: ModelState) -> EngineInfo:
+        """The engine's config (with the token budget its runner chose) and this worker's tokenizer, which
+        also prepares the requests sent to the engine (the preparer is made here, once)."""
         engine_config = self._engine_config
-        if budget is not None:
-            scheduler_config = engine_config.scheduler_config.with_budget(int(budget[0]), str(budget[1]))
+        if model_state.max_num_batched_tokens is not None:
+            budget, reason = model_state.max_num_batched_tokens, model_state.budget_reason or ""
+            scheduler_config = engine_config.scheduler_config.with_budget(budget, reason)
             engine_config = dataclasses.replace(engine_config, scheduler_config=scheduler_config)
         model_config = engine_config.model_config
         tokenizer = Tokenizer.from_pretrained(
@@ -345,5 +442,6 @@ class RemoteEngineThread(EngineLifecycle):
             model_config.pair_truncation,
             model_config.added_special_tokens,
         )
+        self._preparer = RequestPreparer(model_config, tokenizer)
         logger.debug("worker %s: engine %d ready (pid %d)", self._link.name, self._model_index, os.getpid())
-        return EngineInfo(engine_config, backend, tokenizer.untruncated())
+        return EngineInfo(engine_config, model_state.backend, tokenizer.untruncated())

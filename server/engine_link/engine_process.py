@@ -1,12 +1,13 @@
 """The engine process of ``wde serve --api-workers N``: the models, the device, the one metrics registry.
 
-    API worker ──PUSH──▶ PULL  (add, abort, hello, http metrics, scrape)
-    API worker ◀─DEALER── ROUTER (done, failed, state, scraped)
+    API worker ──PUSH──▶ PULL  (Submit, Abort, Hello, Bye, HttpStats, Scrape: server/engine_link/messages.py)
+    API worker ◀─DEALER── ROUTER (Answers, States, Scraped)
 
 It runs the same engines as a single-process server (``ModelRegistry`` over ``AsyncLLMEngine``: each
-``LLMEngine`` on its ``EngineThread``, tokenizing lazily with its tokenizer pool); this process's asyncio
-loop only turns messages into ``Call``s and finished ``Call``s into messages. Request ids are made unique
-across workers here ("<worker>/<id>"). Every 0.1 s (and at once when it changes) each worker hears every
+``LLMEngine`` on its ``EngineThread``); the workers send requests they validated and tokenized, which go to
+the scheduler as they are (``LLMEngine.add_prepared``). This process's asyncio loop only turns messages into
+``Call``s and finished ``Call``s into messages. Request ids are made unique across workers here
+("<worker>/<id>"). Every 0.1 s (and at once when it changes) each worker hears every
 model's state, queue counts and running forward time, which its ``/health``, ``/info`` and watchdog read.
 ``/metrics`` is rendered here for every worker: the engines' metrics, and the HTTP metrics the workers
 forward in batches.
@@ -23,7 +24,7 @@ import functools
 import logging
 import signal
 import threading
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from multiprocessing.connection import Connection
 from typing import Any
 
@@ -31,8 +32,22 @@ import zmq
 import zmq.asyncio
 
 from server.draining_server import log_ready
-from server.engine_link import wire
+from server.engine_link import messages
 from server.engine_link.in_flight import InFlightSlots
+from server.engine_link.messages import (
+    Abort,
+    Answer,
+    Answers,
+    Bye,
+    Error,
+    Hello,
+    HttpStats,
+    ModelState,
+    Scrape,
+    Scraped,
+    States,
+    Submit,
+)
 from server.engine_link.parent_death import end_with_parent
 from server.log_setup import configure_logging
 from server.memory_release import limit_malloc_arenas
@@ -45,6 +60,7 @@ from wde.config import EngineConfig
 from wde.engine_args import EngineArgs
 from wde.entrypoints.async_llm_engine import AsyncLLMEngine
 from wde.entrypoints.engine_thread import Call, EngineState, EngineUnavailableError
+from wde.request import Request
 
 logger = logging.getLogger("wde.server")
 
@@ -98,7 +114,7 @@ class EngineServer:
         self.status = 0
         # (worker, model index, call id) -> the call in the engine, until answered or aborted
         self.calls: dict[tuple[bytes, int, int], Call] = {}
-        self._outbox: dict[bytes, list[list[Any]]] = {}  # answers gathered in this loop iteration
+        self._outbox: dict[bytes, list[Answer]] = {}  # answers gathered in this loop iteration
         self._flush_scheduled = False
         self._last_state: bytes = b""
 
@@ -122,7 +138,7 @@ class EngineServer:
         await self.stopping.wait()
         # every worker has stopped by now (the parent stops them first): drain what the engines still hold
         await asyncio.to_thread(self.models.shutdown)
-        await self._send_states(force=True)
+        self._send_states(force=True)
         for task in tasks:
             task.cancel()
         context.destroy(linger=0)
@@ -155,73 +171,59 @@ class EngineServer:
     # ---- messages in ------------------------------------------------------------------------------------
     async def _receive(self) -> None:
         while True:
-            frames = await self.inbox.recv_multipart()
+            data = await self.inbox.recv()
             try:
-                self._apply(wire.unpack(frames[0]), frames[1:])
+                self._apply(messages.decode_to_engine(data))
             except Exception:  # a bad message must not end the engine process
                 logger.exception("an engine-link message failed")
 
-    def _apply(self, message: list[Any], call_frames: list[bytes]) -> None:
-        kind, worker = message[0], message[1].encode()
-        if kind == "add":
-            self._add(worker, message[2], [wire.unpack(frame) for frame in call_frames])
-        elif kind == "abort":
-            self._abort(worker, message[2], message[3], message[4])
-        elif kind == "http":
-            self._observe(worker, message[2], message[3], message[4])
-        elif kind == "scrape":
-            self._observe(worker, message[3], message[4], message[5])
-            self._answer(worker, ["scraped", message[2], self.metrics.render()])
-        elif kind == "hello":
-            self.workers.add(worker)
+    def _apply(self, message: messages.ToEngine) -> None:
+        if isinstance(message, Submit):
+            self._submit(message)
+        elif isinstance(message, Abort):
+            self._abort(message)
+        elif isinstance(message, HttpStats):
+            self._observe(message)
+        elif isinstance(message, Scrape):
+            self._observe(message.stats)
+            text = self.metrics.render()
+            self._answer(message.worker.encode(), Scraped(message.scrape_id, text))
+        elif isinstance(message, Hello):
+            self.workers.add(message.worker.encode())
             self._last_state = b""  # the newcomer hears the state at once
-        elif kind == "bye":
-            self.workers.discard(worker)
+        elif isinstance(message, Bye):
+            self.workers.discard(message.worker.encode())
 
-    def _observe(
-        self,
-        worker: bytes,
-        observations: list[list[Any]],
-        cache_stats: dict[str, Any],
-        cpu: list[Any],
-    ) -> None:
-        """A worker's HTTP answers, its result caches' counts and its CPU time ([role, seconds]), into the
-        one registry."""
-        for observation in observations:
+    def _observe(self, stats: HttpStats) -> None:
+        """A worker's HTTP answers, its result caches' counts and its CPU time, into the one registry."""
+        for observation in stats.observations:
             self.metrics.observe_http(*observation)
-        self.metrics.process_cpu.reported[cpu[0]] = cpu[1]
-        if cache_stats:
-            self.metrics.worker_cache_stats[worker.decode()] = cache_stats
+        if stats.cache_stats:
+            self.metrics.worker_cache_stats[stats.worker] = stats.cache_stats
+        self.metrics.process_cpu.reported[stats.role] = stats.cpu_seconds
 
-    def _add(self, worker: bytes, model_index: int, encoded_calls: list[list[Any]]) -> None:
-        engine = self.models.models[model_index].engine
-        prefix = worker.decode() + "/"
-        calls = []
-        for call_id, request_ids, prompts, params, priority, arrival_time in encoded_calls:
-            call = Call(
-                [prefix + request_id for request_id in request_ids],
-                prompts,
-                wire.decode_params(params),
-                self.loop,
-                self.loop.create_future(),
-                priority=priority,
-                arrival_time=arrival_time,
-            )
-            key = (worker, model_index, call_id)
-            self.calls[key] = call
-            call.future.add_done_callback(functools.partial(self._answered, key))
-            calls.append(call)
-        try:
-            if engine is None:
-                raise EngineUnavailableError("the model is not loaded")
-            engine.submit_calls(calls)
-        except Exception as error:
-            for call in calls:
-                call.future.set_exception(error)
+    def _submit(self, message: Submit) -> None:
+        """The worker's prepared requests, as ``Call``s of their models' engines (one command each)."""
+        worker = message.worker.encode()
+        prefix = message.worker + "/"
+        calls: dict[int, list[Call]] = {}
+        for call, key in _calls(message, prefix, self.loop):
+            self.calls[(worker, key[0], key[1])] = call
+            call.future.add_done_callback(functools.partial(self._answered, (worker, *key)))
+            calls.setdefault(key[0], []).append(call)
+        for model_index, model_calls in calls.items():
+            engine = self.models.models[model_index].engine
+            try:
+                if engine is None:
+                    raise EngineUnavailableError("the model is not loaded")
+                engine.submit_calls(model_calls)
+            except Exception as error:
+                for call in model_calls:
+                    call.future.set_exception(error)
 
-    def _abort(self, worker: bytes, model_index: int, call_id: int, request_ids: list[str]) -> None:
-        call = self.calls.pop((worker, model_index, call_id), None)
-        engine = self.models.models[model_index].engine
+    def _abort(self, message: Abort) -> None:
+        call = self.calls.pop((message.worker.encode(), message.model, message.call_id), None)
+        engine = self.models.models[message.model].engine
         if call is None or engine is None:
             return
         engine.abort_requests(call.request_ids)
@@ -234,60 +236,64 @@ class EngineServer:
         worker, model_index, call_id = key
         error = future.exception()
         if error is not None:
-            answer = ["failed", model_index, call_id, wire.encode_error(error)]
+            answer = Answer(model_index, call_id, None, Error.of(error))
         else:
-            answer = ["done", model_index, call_id, wire.encode_outputs(future.result())]
+            answer = Answer(model_index, call_id, [messages.output_of(output) for output in future.result()])
         self._outbox.setdefault(worker, []).append(answer)
         if not self._flush_scheduled:
             self._flush_scheduled = True
             self.loop.call_soon(self._flush)
 
     def _flush(self) -> None:
-        """One message per worker for the calls answered in this loop iteration."""
+        """One message per worker for the calls answered in this loop iteration, after the engines' state
+        if it changed: a worker never sees counts older than an answer (as in one process)."""
         self._flush_scheduled = False
+        self._send_states()
         outbox, self._outbox = self._outbox, {}
         for worker, answers in outbox.items():
-            self._answer(worker, ["answers", answers])
+            self._answer(worker, Answers(answers))
 
-    def _answer(self, worker: bytes, message: list[Any]) -> None:
+    def _answer(self, worker: bytes, message: messages.ToWorker) -> None:
         try:
-            self.outbox.send_multipart([worker, wire.pack(message)], flags=zmq.NOBLOCK)
+            self.outbox.send_multipart([worker, messages.encode(message)], flags=zmq.NOBLOCK)
         except zmq.ZMQError:  # the worker is gone (or not connected yet): nobody waits for this
             logger.debug("dropped a message to worker %s", worker)
 
     async def _publish_states(self) -> None:
         while True:
-            await self._send_states()
+            self._send_states()
             await asyncio.sleep(STATE_INTERVAL)
 
-    async def _send_states(self, force: bool = False) -> None:
+    def _send_states(self, force: bool = False) -> None:
         """Every model's state, to every worker: sent when it changed, and at least once a second."""
-        states = [_model_state(model.engine) for model in self.models.models]
-        packed = wire.pack(["state", states])
+        packed = messages.encode(States([_model_state(model.engine) for model in self.models.models]))
         now = self.loop.time()
         if packed == self._last_state and not force and now - self._last_state_time < 1.0:
             return
         self._last_state, self._last_state_time = packed, now
         for worker in list(self.workers):
             try:
-                await self.outbox.send_multipart([worker, packed], flags=zmq.NOBLOCK)
+                self.outbox.send_multipart([worker, packed], flags=zmq.NOBLOCK)
             except zmq.ZMQError:
                 logger.debug("dropped the state message to worker %s", worker)
 
     _last_state_time = 0.0
 
 
-def _model_state(engine: AsyncLLMEngine | None) -> list[Any]:
-    """[state, reason, num_waiting, num_unfinished, running forward seconds, backend, token budget]."""
+def _model_state(engine: AsyncLLMEngine | None) -> ModelState:
     if engine is None:
-        return [EngineState.STOPPED.value, "the model is not loaded", 0, 0, 0.0, "", None]
+        return ModelState(EngineState.STOPPED.value, "the model is not loaded", 0, 0, 0.0, "", None, None)
     counts = engine.counts
-    backend, budget = "", None
+    backend, budget, reason = "", None, None
     if engine.is_ready:
         info = engine.info
         scheduler = info.engine_config.scheduler_config
-        backend, budget = info.attention_backend, [scheduler.max_num_batched_tokens, scheduler.budget_reason]
-    return [
+        backend, budget, reason = (
+            info.attention_backend,
+            scheduler.max_num_batched_tokens,
+            scheduler.budget_reason,
+        )
+    return ModelState(
         engine.state.value,
         engine.unavailable_reason,
         counts.num_waiting,
@@ -295,4 +301,50 @@ def _model_state(engine: AsyncLLMEngine | None) -> list[Any]:
         round(engine.running_forward_seconds, 3),
         backend,
         budget,
-    ]
+        reason,
+    )
+
+
+def _calls(
+    message: Submit, prefix: str, loop: asyncio.AbstractEventLoop
+) -> Iterator[tuple[Call, tuple[int, int]]]:
+    """Each call of ``message`` with its (model, call id): its requests ready to queue, their ids views of
+    the message's arrays."""
+    ids = message.token_ids.array()
+    type_ids = None if message.type_ids is None else message.type_ids.array()
+    start = type_start = 0
+    for call_in in message.calls:
+        params = message.params[call_in.params]
+        prepared = call_in.requests
+        requests = []
+        for index, request_id in enumerate(prepared.request_ids):
+            num_tokens = prepared.num_tokens[index]
+            request = Request(
+                prefix + request_id,
+                params=params,
+                arrival_time=call_in.arrival_time,
+                priority=call_in.priority,
+                token_ids=ids[start : start + num_tokens],
+                truncated=prepared.truncated[index],
+                num_unattended_tokens=prepared.num_unattended_tokens[index],
+                tokenize_span=prepared.tokenize_span if prepared.tokenized[index] else None,
+                ready=True,
+            )
+            if prepared.has_type_ids[index] and type_ids is not None:
+                request.token_type_ids = type_ids[type_start : type_start + num_tokens]
+                type_start += num_tokens
+            start += num_tokens
+            requests.append(request)
+        request_ids = [request.request_id for request in requests]
+        future = loop.create_future()
+        call = Call(
+            request_ids,
+            (),
+            params,
+            loop,
+            future,
+            priority=call_in.priority,
+            arrival_time=call_in.arrival_time,
+            prepared=requests,
+        )
+        yield call, (call_in.model, call_in.call_id)

@@ -5,9 +5,7 @@ process for the text of ``/metrics``, so every worker answers a scrape with the 
 from __future__ import annotations
 
 import asyncio
-import time
 from collections.abc import Sequence
-from typing import Any
 
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
@@ -38,7 +36,7 @@ class LinkedMetrics:
 
     def __init__(self, link: EngineLink) -> None:
         self._link = link
-        self._observations: list[list[Any]] = []
+        self._observations: list[tuple[str, str, str, str, float]] = []
         self._flush_handle: asyncio.TimerHandle | None = None
         self._unobserved = _Unobserved()
         self._models: ModelRegistry | None = None  # set by the app (``watch``): its result caches
@@ -51,14 +49,14 @@ class LinkedMetrics:
 
     def observe_http(self, model: str, route: str, method: str, status: str, seconds: float) -> None:
         """On the event loop (RequestPipeline)."""
-        self._observations.append([model, route, method, status, seconds])
+        self._observations.append((model, route, method, status, seconds))
         if self._flush_handle is None:
             self._flush_handle = asyncio.get_running_loop().call_later(FLUSH_SECONDS, self._flush)
 
     def listener(self, model: str) -> _Unobserved:
         return self._unobserved
 
-    def _take(self) -> list[list[Any]]:
+    def _take(self) -> list[tuple[str, str, str, str, float]]:
         if self._flush_handle is not None:
             self._flush_handle.cancel()
             self._flush_handle = None
@@ -69,11 +67,7 @@ class LinkedMetrics:
         self._flush_handle = None
         observations = self._take()
         if observations:
-            self._link.send(["http", self._link.name, observations, self._cache_stats(), self._cpu()])
+            self._link.send(self._link.stats(observations, self._cache_stats()))
 
     async def render_async(self) -> bytes:
-        return await self._link.scrape(self._take(), self._cache_stats(), self._cpu())
-
-    def _cpu(self) -> list[Any]:
-        """[role, this process's CPU seconds] (server/process_cpu.py)."""
-        return [self._link.role, time.process_time()]
+        return await self._link.scrape(self._link.stats(self._take(), self._cache_stats()))

@@ -52,7 +52,7 @@ def engine_process_over(
     alive_write.close()
     link = EngineLink("test0", ipc_dir, alive_read)
     engines = [
-        AsyncLLMEngine(args, engine_config=config, thread=link.thread_for(index, config))  # type: ignore[arg-type]
+        AsyncLLMEngine(args, engine_config=config, thread=link.thread_for(index, config))
         for index, (args, config) in enumerate(served)
     ]
     LINKS.update({id(engine): link for engine in engines})

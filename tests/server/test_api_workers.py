@@ -15,7 +15,7 @@ import httpx
 import pytest
 
 from tests.server.conftest import LONG_TEXT
-from tests.server.serve_process import serve_process, wde_command
+from tests.server.serve_process import in_flight, serve_process, wde_command
 
 TIMEOUT = 90.0
 HEAVY = {"inputs": [LONG_TEXT] * 16}  # 16 inputs of 256 tokens: a few hundred ms of CPU work
@@ -71,7 +71,10 @@ def test_sigterm_drains_every_admitted_request_then_exits_0(tmp_path: Path) -> N
         results: list[list[httpx.Response]] = []
         sender = threading.Thread(target=lambda: results.append(post_all(server.url, 8, HEAVY)))
         sender.start()
-        time.sleep(0.5)  # the requests are in flight
+        deadline = time.monotonic() + TIMEOUT
+        while in_flight(server.url) < 8:  # every request admitted (a busy machine takes its time)
+            assert time.monotonic() < deadline, server.log()
+            time.sleep(0.05)
         server.process.send_signal(signal.SIGTERM)
         sender.join(TIMEOUT)
         assert server.wait() == 0, server.log()

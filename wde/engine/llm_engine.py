@@ -124,6 +124,16 @@ class LLMEngine:
             self.requests[request.request_id] = request
             self.scheduler.add_request(request)
 
+    def add_prepared(self, requests: Sequence[Request]) -> None:
+        """Queue requests another process validated and tokenized (``RequestPreparer``: ready, with their
+        priority and arrival time set); the ids must be new."""
+        for request in requests:
+            if request.request_id in self.requests:
+                raise ValueError(f"request id {request.request_id!r} is already in the engine")
+        for request in requests:
+            self.requests[request.request_id] = request
+            self.scheduler.add_request(request)
+
     def add_request(self, request_id: str, prompt: PromptType, params: PoolingParams | None = None) -> None:
         self.add_requests([request_id], [prompt], params)
 

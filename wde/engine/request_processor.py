@@ -74,6 +74,21 @@ class RequestProcessor:
             num_done += self._tokenize_now(unsubmitted)
         return num_done
 
+    def prepare_all(self, requests: Sequence[Request]) -> None:
+        """Make every request ready now, on this thread, without the pool: what an API worker does to the
+        requests it sends the engine process (their ids cut and their side applied, texts tokenized; a
+        request that cannot run fails alone, as in ``process``)."""
+        texts = []
+        for request in requests:
+            if request.is_tokenized:
+                self._truncate_token_ids(request)
+                self._apply_side(request)
+                request.ready = True
+            else:
+                texts.append(request)
+        if texts:
+            self._tokenize_now(texts)
+
     def shutdown(self) -> None:
         if self.pool is not None:
             self.pool.shutdown()

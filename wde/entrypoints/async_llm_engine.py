@@ -30,6 +30,7 @@ from wde.engine_args import EngineArgs
 from wde.entrypoints import tasks
 from wde.entrypoints.calibration_at_load import calibrate_at_load
 from wde.entrypoints.call_record import CallObserver, CallRecord
+from wde.entrypoints.engine_client import EngineClient
 from wde.entrypoints.engine_thread import (
     Call,
     EngineCounts,
@@ -64,12 +65,12 @@ class AsyncLLMEngine:
         build_engine: Callable[[], LLMEngine] | None = None,
         *,
         engine_config: EngineConfig | None = None,
-        thread: EngineThread | None = None,
+        thread: EngineClient | None = None,
         calibrate_at_load: bool = False,
     ) -> None:
         """``build_engine`` makes the LLMEngine on the engine thread (default: from ``engine_config``, the
         config already built from ``engine_args`` (``wde serve`` builds each once), else from
-        ``engine_args``). ``thread``: the engine's thread when it lives elsewhere (an API worker's
+        ``engine_args``). ``thread``: the engine's client when it lives elsewhere (an API worker's
         ``RemoteEngineThread``: the engine runs in the engine process; needs ``engine_config``).
         ``calibrate_at_load``: the engine thread computes the int8 / uint8 ranges of requests with no option
         before it says ready (a server's engine: ``calibration_at_load.py``); else on first use."""
@@ -77,7 +78,7 @@ class AsyncLLMEngine:
         if build_engine is None and engine_config is not None:
             build_engine = functools.partial(LLMEngine.from_engine_config, engine_config)
         self._build = build_engine or functools.partial(LLMEngine.from_engine_args, engine_args)
-        self._thread = thread or EngineThread(self._build_engine)
+        self._thread: EngineClient = thread or EngineThread(self._build_engine)
         self._call_counter = itertools.count()
         self._call_observer: CallObserver | None = None  # tracing: sees each submission's outputs
         # engine_args.cache_size > 0: identical inputs run once, earlier results come from the cache (set as

@@ -29,7 +29,7 @@ from wde.engine.forward_clock import ForwardClock
 from wde.engine.llm_engine import LLMEngine
 from wde.engine.stats import StepStats
 from wde.outputs import RequestOutput
-from wde.request import PRIORITY_INTERACTIVE, submission_priority
+from wde.request import PRIORITY_INTERACTIVE, Request, submission_priority
 
 logger = logging.getLogger(__name__)
 
@@ -98,6 +98,9 @@ class Call:
     priority: int = field(default_factory=submission_priority.get)  # the submitter's (wde.request.priority)
     # when the caller submitted it: the engine thread may apply it a step later (queue metrics, BatchForming)
     arrival_time: float = field(default_factory=time.monotonic)
+    # its requests as another process made them ready (``wde.engine.request_preparer``; the engine process
+    # of ``wde serve --api-workers``): queued as they are, ``prompts`` unused
+    prepared: Sequence[Request] | None = None
 
     def __post_init__(self) -> None:
         self.outputs = [None] * len(self.request_ids)
@@ -337,9 +340,12 @@ class EngineThread(EngineLifecycle):
         # only a lowered priority is passed on: stand-in engines in tests take no priority
         priority = {"priority": call.priority} if call.priority != PRIORITY_INTERACTIVE else {}
         try:
-            engine.add_requests(
-                call.request_ids, call.prompts, call.params, arrival_time=call.arrival_time, **priority
-            )
+            if call.prepared is not None:
+                engine.add_prepared(call.prepared)
+            else:
+                engine.add_requests(
+                    call.request_ids, call.prompts, call.params, arrival_time=call.arrival_time, **priority
+                )
         except Exception as e:  # validation: the call fails alone, the queue is untouched
             call.fail(e)
             return
