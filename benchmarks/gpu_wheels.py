@@ -31,8 +31,8 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 # wde[server]'s packages that the GPU image lacks (per the device notes' package list); the wheels carried are
 # these and everything they require (their dependency closure as installed here, markers evaluated for the
 # image's Python). The image's own numpy, tokenizers, safetensors, tqdm, httpx, aiohttp, prometheus-client,
-# pyyaml, uvloop are used as they are (msgpack too, where its version fits).
-SERVER_ROOTS = ("fastapi", "uvicorn", "httptools", "orjson", "pyzmq", "msgpack")
+# pyyaml, uvloop are used as they are.
+SERVER_ROOTS = ("fastapi", "uvicorn", "httptools", "orjson", "pyzmq", "msgspec", "setproctitle")
 # what the image is: Python 3.12 on x86-64 Linux
 MARKER_ENVIRONMENT = {
     "python_version": "3.12",

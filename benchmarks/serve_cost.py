@@ -37,11 +37,11 @@ from benchmarks.cpu_info import cpu_flags, cpu_model, isa_flags
 from benchmarks.dataset import load_texts, shared_data_path
 from benchmarks.server_load import drive_in_processes
 from benchmarks.subprocess_server import free_port, serving
+from server.process_cpu import cpu_seconds_of
 
 STARTUP_TIMEOUT_S = 300.0
 NUM_CHECKED = 64  # texts each server embeds one per request, compared with the single-process server's
 WARMUP_REQUESTS = 256
-CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 FORWARD_CPU = re.compile(r"^wde_batch_inference_cpu_seconds_total\{[^}]*\} (\S+)$", re.MULTILINE)
 SINGLE = 1  # --api-workers of the single-process server
 ENGINE_ROLES = ("server", "engine")  # the process that runs the forward
@@ -85,8 +85,10 @@ class Row:
 
 
 def cpu_seconds(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
-    return (int(fields[11]) + int(fields[12])) / CLOCK_TICKS  # utime, stime
+    seconds = cpu_seconds_of(pid)
+    if seconds is None:
+        raise RuntimeError(f"cannot read /proc/{pid}/stat: the server's process ended")
+    return seconds
 
 
 def process_tree(root: int) -> dict[int, str]:

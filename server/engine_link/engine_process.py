@@ -18,18 +18,18 @@ dies (the workers see it in the next state message and stop with 1 as well).
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
-import functools
+import enum
 import logging
+import queue
 import signal
 import threading
+import time
 from collections.abc import Iterator, Sequence
 from multiprocessing.connection import Connection
 from typing import Any
 
 import zmq
-import zmq.asyncio
 
 from server.draining_server import log_ready
 from server.engine_link import messages
@@ -65,6 +65,7 @@ from wde.request import Request
 logger = logging.getLogger("wde.server")
 
 STATE_INTERVAL = 0.1  # seconds between state messages to the workers
+POLL_MS = 200  # the input thread looks at the end of the drain this often
 IN_ENDPOINT, OUT_ENDPOINT = "engine-in", "engine-out"
 
 
@@ -96,12 +97,17 @@ def main(
     metrics = ServerMetrics(models, slots.total, role="engine", parent_pid=parent_pid)
     models.add_engine_hook(lambda model, engine: engine.add_stats_listener(metrics.listener(model.name)))
     server = EngineServer(models, metrics, ipc_dir, settings, url)
-    status = asyncio.run(server.run())
+    status = server.run()
     alive.close()
     raise SystemExit(status)
 
 
 class EngineServer:
+    """The engine process's side of the link, with no event loop on the request path: an input thread turns
+    messages into calls for the engines' threads; the engines hand finished calls (as their ``CallSink``) to
+    the output thread, which answers each worker once for all that finished together, the engines' state
+    first when it changed."""
+
     def __init__(
         self, models: ModelRegistry, metrics: ServerMetrics, ipc_dir: str, settings: ServerSettings, url: str
     ) -> None:
@@ -109,39 +115,46 @@ class EngineServer:
         self.settings = settings
         self.url = url
         self.metrics = metrics
-        self.ipc_dir = ipc_dir
         self.workers: set[bytes] = set()
         self.status = 0
-        # (worker, model index, call id) -> the call in the engine, until answered or aborted
-        self.calls: dict[tuple[bytes, int, int], Call] = {}
-        self._outbox: dict[bytes, list[Answer]] = {}  # answers gathered in this loop iteration
-        self._flush_scheduled = False
-        self._last_state: bytes = b""
+        # (worker, model index, call id) -> the call in the engine, until answered or aborted (the input
+        # thread adds, the output thread removes: single dict operations)
+        self.calls: dict[tuple[bytes, int, int], LinkedCall] = {}
+        self._context = zmq.Context()
+        self.inbox = self._context.socket(zmq.PULL)  # the input thread's
+        self.inbox.setsockopt(zmq.RCVHWM, 0)  # unbounded: admission bounds what is in flight
+        self.inbox.bind(endpoint(ipc_dir, IN_ENDPOINT))
+        self.outbox = self._context.socket(zmq.ROUTER)  # the output thread's
+        self.outbox.setsockopt(zmq.SNDHWM, 0)  # a full queue would drop a worker's answers
+        self.outbox.bind(endpoint(ipc_dir, OUT_ENDPOINT))
+        self._outgoing: queue.SimpleQueue[Outgoing] = queue.SimpleQueue()
+        self.stopping = threading.Event()
+        self._receiving = True
+        self._last_state = b""
+        self._last_state_time = 0.0
 
     # ---- life cycle -------------------------------------------------------------------------------------
-    async def run(self) -> int:
-        self.loop = asyncio.get_running_loop()
-        context = zmq.asyncio.Context()
-        self.inbox = context.socket(zmq.PULL)
-        self.inbox.setsockopt(zmq.RCVHWM, 0)  # unbounded: admission bounds what is in flight
-        self.inbox.bind(endpoint(self.ipc_dir, IN_ENDPOINT))
-        self.outbox = context.socket(zmq.ROUTER)
-        self.outbox.setsockopt(zmq.SNDHWM, 0)  # a full queue would drop a worker's answers
-        self.outbox.bind(endpoint(self.ipc_dir, OUT_ENDPOINT))
-        self.stopping = asyncio.Event()
-        self.loop.add_signal_handler(signal.SIGTERM, self.stopping.set)
-        self.loop.add_signal_handler(signal.SIGINT, lambda: None)  # the parent forwards what it gets
+    def run(self) -> int:
+        signal.signal(signal.SIGTERM, lambda *_: self.stopping.set())
+        signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent forwards what it gets
         self.models.start()
         engines = [model.loaded_engine for model in self.models.models]
-        threading.Thread(target=self._watch_loads, args=(engines,), name="wde-load", daemon=True).start()
-        tasks = [asyncio.create_task(self._receive()), asyncio.create_task(self._publish_states())]
-        await self.stopping.wait()
+        threads = [
+            threading.Thread(target=self._watch_loads, args=(engines,), name="wde-load", daemon=True),
+            threading.Thread(target=self._receive, name="wde-link-in", daemon=True),
+            threading.Thread(target=self._send, name="wde-link-out", daemon=True),
+        ]
+        for thread in threads:
+            thread.start()
+        while not self.stopping.wait(0.5):
+            pass
         # every worker has stopped by now (the parent stops them first): drain what the engines still hold
-        await asyncio.to_thread(self.models.shutdown)
-        self._send_states(force=True)
-        for task in tasks:
-            task.cancel()
-        context.destroy(linger=0)
+        self._receiving = False
+        self.models.shutdown()
+        self._outgoing.put(Order.STOP)
+        threads[2].join(5.0)
+        threads[1].join(1.0)
+        self._context.destroy(linger=0)
         return self.status
 
     def _watch_loads(self, engines: list[AsyncLLMEngine]) -> None:
@@ -161,17 +174,17 @@ class EngineServer:
         self._fail_soon()
 
     def _fail_soon(self) -> None:
-        def fail() -> None:
-            self.status = 1
-            self.stopping.set()
+        """One state message first, so the workers say the engine's reason, then stop with 1."""
+        self.status = 1
+        self._outgoing.put(Order.STATES)
+        threading.Timer(2 * STATE_INTERVAL, self.stopping.set).start()
 
-        # one state message first, so the workers say the engine's reason, then stop
-        self.loop.call_soon_threadsafe(lambda: self.loop.call_later(2 * STATE_INTERVAL, fail))
-
-    # ---- messages in ------------------------------------------------------------------------------------
-    async def _receive(self) -> None:
-        while True:
-            data = await self.inbox.recv()
+    # ---- messages in: the input thread ---------------------------------------------------------------------
+    def _receive(self) -> None:
+        while self._receiving:
+            if not self.inbox.poll(POLL_MS):
+                continue
+            data = self.inbox.recv()
             try:
                 self._apply(messages.decode_to_engine(data))
             except Exception:  # a bad message must not end the engine process
@@ -187,10 +200,10 @@ class EngineServer:
         elif isinstance(message, Scrape):
             self._observe(message.stats)
             text = self.metrics.render()
-            self._answer(message.worker.encode(), Scraped(message.scrape_id, text))
+            self._outgoing.put(Message(message.worker.encode(), Scraped(message.scrape_id, text)))
         elif isinstance(message, Hello):
             self.workers.add(message.worker.encode())
-            self._last_state = b""  # the newcomer hears the state at once
+            self._outgoing.put(Order.STATES)  # the newcomer hears the state at once
         elif isinstance(message, Bye):
             self.workers.discard(message.worker.encode())
 
@@ -203,55 +216,79 @@ class EngineServer:
         self.metrics.process_cpu.reported[stats.role] = stats.cpu_seconds
 
     def _submit(self, message: Submit) -> None:
-        """The worker's prepared requests, as ``Call``s of their models' engines (one command each)."""
-        worker = message.worker.encode()
-        prefix = message.worker + "/"
-        calls: dict[int, list[Call]] = {}
-        for call, key in _calls(message, prefix, self.loop):
-            self.calls[(worker, key[0], key[1])] = call
-            call.future.add_done_callback(functools.partial(self._answered, (worker, *key)))
-            calls.setdefault(key[0], []).append(call)
-        for model_index, model_calls in calls.items():
+        """The worker's prepared requests, as calls of their models' engines (one command each)."""
+        by_model: dict[int, list[LinkedCall]] = {}
+        for linked in _calls(message, self):
+            self.calls[linked.key] = linked
+            by_model.setdefault(linked.key[1], []).append(linked)
+        for model_index, model_calls in by_model.items():
             engine = self.models.models[model_index].engine
             try:
                 if engine is None:
                     raise EngineUnavailableError("the model is not loaded")
                 engine.submit_calls(model_calls)
             except Exception as error:
-                for call in model_calls:
-                    call.future.set_exception(error)
+                for failed in model_calls:
+                    self.failed(failed, error)
 
     def _abort(self, message: Abort) -> None:
         call = self.calls.pop((message.worker.encode(), message.model, message.call_id), None)
         engine = self.models.models[message.model].engine
-        if call is None or engine is None:
-            return
-        engine.abort_requests(call.request_ids)
-        call.future.cancel()
+        if call is not None and engine is not None:
+            engine.abort_requests(call.request_ids)
 
-    # ---- messages out -----------------------------------------------------------------------------------
-    def _answered(self, key: tuple[bytes, int, int], future: asyncio.Future[Any]) -> None:
-        if self.calls.pop(key, None) is None or future.cancelled():
-            return  # aborted
-        worker, model_index, call_id = key
-        error = future.exception()
+    # ---- CallSink: the engines' threads --------------------------------------------------------------------
+    def finished(self, calls: Sequence[Call]) -> None:
+        self._outgoing.put(Finished(calls))
+
+    def failed(self, call: Call, error: BaseException) -> None:
+        self._outgoing.put(Failed(call, error))
+
+    # ---- messages out: the output thread ---------------------------------------------------------------
+    def _send(self) -> None:
+        """Answer what the engines finished, one message per worker for all that is waiting; the engines'
+        state when it changed (before answers) and at least once a second."""
+        while True:
+            try:
+                items = [self._outgoing.get(timeout=STATE_INTERVAL)]
+            except queue.Empty:
+                self._send_states()
+                continue
+            while True:
+                try:
+                    items.append(self._outgoing.get_nowait())
+                except queue.Empty:
+                    break
+            answers: dict[bytes, list[Answer]] = {}
+            for item in items:
+                if item is Order.STOP:
+                    self._send_states(force=True)
+                    return
+                if item is Order.STATES:
+                    self._send_states(force=True)
+                elif isinstance(item, Message):
+                    self._answer(item.worker, item.message)
+                elif isinstance(item, Failed):
+                    self._add_answer(answers, item.call, None, item.error)
+                elif isinstance(item, Finished):
+                    for call in item.calls:
+                        self._add_answer(answers, call, call.outputs, None)
+            if answers:
+                self._send_states()  # a worker never sees counts older than an answer (as in one process)
+            for worker, worker_answers in answers.items():
+                self._answer(worker, Answers(worker_answers))
+
+    def _add_answer(
+        self, answers: dict[bytes, list[Answer]], call: Call, outputs: Any, error: BaseException | None
+    ) -> None:
+        if not isinstance(call, LinkedCall) or self.calls.pop(call.key, None) is None:
+            return  # aborted (every call here is a LinkedCall: made by _calls)
+        worker, model_index, call_id = call.key
         if error is not None:
             answer = Answer(model_index, call_id, None, Error.of(error))
         else:
-            answer = Answer(model_index, call_id, [messages.output_of(output) for output in future.result()])
-        self._outbox.setdefault(worker, []).append(answer)
-        if not self._flush_scheduled:
-            self._flush_scheduled = True
-            self.loop.call_soon(self._flush)
-
-    def _flush(self) -> None:
-        """One message per worker for the calls answered in this loop iteration, after the engines' state
-        if it changed: a worker never sees counts older than an answer (as in one process)."""
-        self._flush_scheduled = False
-        self._send_states()
-        outbox, self._outbox = self._outbox, {}
-        for worker, answers in outbox.items():
-            self._answer(worker, Answers(answers))
+            answer = Answer(model_index, call_id, [messages.output_of(output) for output in outputs])
+        answers.setdefault(worker, []).append(answer)
 
     def _answer(self, worker: bytes, message: messages.ToWorker) -> None:
         try:
@@ -259,15 +296,10 @@ class EngineServer:
         except zmq.ZMQError:  # the worker is gone (or not connected yet): nobody waits for this
             logger.debug("dropped a message to worker %s", worker)
 
-    async def _publish_states(self) -> None:
-        while True:
-            self._send_states()
-            await asyncio.sleep(STATE_INTERVAL)
-
     def _send_states(self, force: bool = False) -> None:
-        """Every model's state, to every worker: sent when it changed, and at least once a second."""
+        """Every model's state, to every worker: when it changed, and at least once a second."""
         packed = messages.encode(States([_model_state(model.engine) for model in self.models.models]))
-        now = self.loop.time()
+        now = time.monotonic()
         if packed == self._last_state and not force and now - self._last_state_time < 1.0:
             return
         self._last_state, self._last_state_time = packed, now
@@ -277,7 +309,37 @@ class EngineServer:
             except zmq.ZMQError:
                 logger.debug("dropped the state message to worker %s", worker)
 
-    _last_state_time = 0.0
+
+@dataclasses.dataclass(eq=False)
+class LinkedCall(Call):
+    """A worker's call in the engine process: answered through the ``EngineServer`` (its sink), by key."""
+
+    key: tuple[bytes, int, int] = (b"", 0, 0)  # (worker, model index, the worker's call id)
+
+
+@dataclasses.dataclass(frozen=True)
+class Finished:
+    calls: Sequence[Call]
+
+
+@dataclasses.dataclass(frozen=True)
+class Failed:
+    call: Call
+    error: BaseException
+
+
+@dataclasses.dataclass(frozen=True)
+class Message:
+    worker: bytes
+    message: messages.ToWorker
+
+
+class Order(enum.Enum):
+    STOP = "stop"  # after a last state message
+    STATES = "states"  # the state now, changed or not
+
+
+Outgoing = Finished | Failed | Message | Order  # what the output thread takes
 
 
 def _model_state(engine: AsyncLLMEngine | None) -> ModelState:
@@ -305,11 +367,10 @@ def _model_state(engine: AsyncLLMEngine | None) -> ModelState:
     )
 
 
-def _calls(
-    message: Submit, prefix: str, loop: asyncio.AbstractEventLoop
-) -> Iterator[tuple[Call, tuple[int, int]]]:
-    """Each call of ``message`` with its (model, call id): its requests ready to queue, their ids views of
-    the message's arrays."""
+def _calls(message: Submit, server: EngineServer) -> Iterator[LinkedCall]:
+    """Each call of ``message``, its requests ready to queue (their ids views of the message's arrays),
+    answered through ``server``; request ids made unique across workers ("<worker>/<id>")."""
+    worker, prefix = message.worker.encode(), message.worker + "/"
     ids = message.token_ids.array()
     type_ids = None if message.type_ids is None else message.type_ids.array()
     start = type_start = 0
@@ -335,16 +396,15 @@ def _calls(
                 type_start += num_tokens
             start += num_tokens
             requests.append(request)
-        request_ids = [request.request_id for request in requests]
-        future = loop.create_future()
-        call = Call(
-            request_ids,
+        yield LinkedCall(
+            [request.request_id for request in requests],
             (),
             params,
-            loop,
-            future,
+            None,
+            None,
             priority=call_in.priority,
             arrival_time=call_in.arrival_time,
             prepared=requests,
+            sink=server,
+            key=(worker, call_in.model, call_in.call_id),
         )
-        yield call, (call_in.model, call_in.call_id)

@@ -246,6 +246,9 @@ class Supervisor:
     def _stop(self, sig: int) -> int:
         """Drain: the workers first (they answer what they admitted), then the engine."""
         logger.info("received %s: draining the API workers, then the engine", signal.Signals(sig).name)
+        # this process's copy of the listening socket: once the workers' drains close theirs, no process
+        # holds it and a new connection is refused at once (not queued in a backlog nobody accepts from)
+        self.sock.close()
         self._stop_workers()
         return self._stop_engine()
 

@@ -74,7 +74,7 @@ def core_python(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="module")
 def server_extras_modules() -> set[str]:
     names = import_names(frozenset({"server"}))
-    assert {"zmq", "fastapi", "uvicorn", "msgpack", "orjson"} <= names, names
+    assert {"zmq", "fastapi", "uvicorn", "msgspec", "orjson", "setproctitle"} <= names, names
     return names
 
 

@@ -48,6 +48,23 @@ def process_name(pid: int) -> str:
     return Path(f"/proc/{pid}/comm").read_text().strip()
 
 
+def assert_refused_soon(url: str, seconds: float = 5.0) -> None:
+    """Once the drain has begun, a new connection is refused at once (as one process does), not accepted
+    into a backlog that nobody takes it from."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        start = time.monotonic()
+        try:
+            httpx.get(f"{url}/health", timeout=2.0)
+        except httpx.ConnectError:
+            assert time.monotonic() - start < 1.0
+            return
+        except httpx.TransportError:  # accepted into a backlog, then dropped: not yet refused
+            pass
+        time.sleep(0.1)
+    raise AssertionError(f"new connections were still accepted {seconds} s into the drain")
+
+
 def assert_named_and_counted(url: str, parent: int, engine: int, workers: list[int]) -> None:
     """ps tells the processes apart, and /metrics has each one's CPU seconds (server/process_cpu.py)."""
     assert process_name(parent) == "wde-supervisor"
@@ -76,6 +93,7 @@ def test_sigterm_drains_every_admitted_request_then_exits_0(tmp_path: Path) -> N
             assert time.monotonic() < deadline, server.log()
             time.sleep(0.05)
         server.process.send_signal(signal.SIGTERM)
+        assert_refused_soon(server.url)  # while the admitted requests drain
         sender.join(TIMEOUT)
         assert server.wait() == 0, server.log()
         log = server.log()

@@ -248,4 +248,5 @@ def test_serve_downloads_once_and_a_second_start_downloads_nothing(minilm_repo: 
             if start == "first":
                 assert sorted(endpoint.downloads()) == sorted(MINILM_FILES)
         assert sorted(endpoint.downloads()) == sorted(MINILM_FILES)  # the second start fetched nothing
-        np.testing.assert_array_equal(embeddings[0], embeddings[1])
+        # the same weights; each start times its float32 GEMMs (packed_linear.py) and may keep another one
+        np.testing.assert_allclose(embeddings[0], embeddings[1], rtol=0, atol=TOLERANCE)

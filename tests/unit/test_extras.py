@@ -15,7 +15,17 @@ from wde.config import SchedulerConfig
 from wde.extras import MissingExtraError, require
 
 REPO = Path(__file__).resolve().parents[2]
-SERVER_PACKAGES = ("zmq", "msgpack", "fastapi", "starlette", "uvicorn", "orjson", "pydantic", "httpx")
+SERVER_PACKAGES = (
+    "zmq",
+    "msgspec",
+    "setproctitle",
+    "fastapi",
+    "starlette",
+    "uvicorn",
+    "orjson",
+    "pydantic",
+    "httpx",
+)
 
 
 def test_require_names_the_extra_of_a_missing_module() -> None:

@@ -330,10 +330,11 @@ class AsyncLLMEngine:
         loop = asyncio.get_running_loop()
         call_id = next(self._call_counter)
         request_ids = [f"{call_id}-{index}" for index in range(len(prompts))]
-        call = Call(request_ids, prompts, params, loop, loop.create_future())
+        future: asyncio.Future[list[RequestOutput]] = loop.create_future()
+        call = Call(request_ids, prompts, params, loop, future)
         self._add_soon(loop, call)
         try:
-            outputs = await call.future
+            outputs = await future
         except BaseException as e:
             if isinstance(e, asyncio.CancelledError) and not self._unqueue(loop, call):
                 self._thread.abort(request_ids)
@@ -364,8 +365,7 @@ class AsyncLLMEngine:
         except Exception as error:  # e.g. the engine stopped taking work within this iteration: every call
             # gets the error, none waits forever on a future nobody will resolve
             for call in calls:
-                if not call.future.done():
-                    call.future.set_exception(error)
+                call.fail(error)
 
     def _unqueue(self, loop: asyncio.AbstractEventLoop, call: Call) -> bool:
         """Take a cancelled ``call`` back before its flush (True); False once the engine has it."""

@@ -84,15 +84,25 @@ class StatsListener(Protocol):
     def on_aborted(self, num_requests: int) -> None: ...
 
 
+class CallSink(Protocol):
+    """Where calls are answered when no event loop awaits them (the engine process of ``wde serve
+    --api-workers``: its output thread). Called on the engine thread: queue, never block."""
+
+    def finished(self, calls: Sequence[Call]) -> None: ...
+
+    def failed(self, call: Call, error: BaseException) -> None: ...
+
+
 @dataclass(eq=False)
 class Call:
-    """One submission: many prompts (one engine request each) answered together through one future."""
+    """One submission: many prompts (one engine request each) answered together through one future on the
+    caller's event loop, or through a ``sink``."""
 
     request_ids: list[str]
     prompts: Sequence[Any]
     params: Any
-    loop: asyncio.AbstractEventLoop
-    future: asyncio.Future[list[RequestOutput]]
+    loop: asyncio.AbstractEventLoop | None  # None with a sink
+    future: asyncio.Future[list[RequestOutput]] | None
     outputs: list[RequestOutput | None] = field(default_factory=list)
     num_remaining: int = 0
     priority: int = field(default_factory=submission_priority.get)  # the submitter's (wde.request.priority)
@@ -101,18 +111,26 @@ class Call:
     # its requests as another process made them ready (``wde.engine.request_preparer``; the engine process
     # of ``wde serve --api-workers``): queued as they are, ``prompts`` unused
     prepared: Sequence[Request] | None = None
+    sink: CallSink | None = None
 
     def __post_init__(self) -> None:
         self.outputs = [None] * len(self.request_ids)
         self.num_remaining = len(self.request_ids)
 
     def resolve(self) -> None:
-        self._call_soon(_set_result, self.future, self.outputs)
+        if self.sink is not None:
+            self.sink.finished([self])
+        else:
+            self._call_soon(_set_result, self.future, self.outputs)
 
     def fail(self, error: BaseException) -> None:
-        self._call_soon(_set_exception, self.future, error)
+        if self.sink is not None:
+            self.sink.failed(self, error)
+        else:
+            self._call_soon(_set_exception, self.future, error)
 
     def _call_soon(self, callback: Callable[..., None], *args: Any) -> None:
+        assert self.loop is not None  # a call without a sink has its caller's loop
         try:
             self.loop.call_soon_threadsafe(callback, *args)
         except RuntimeError:  # the caller's event loop is closed: nobody is waiting any more
@@ -130,10 +148,17 @@ def _set_results(answers: list[tuple[asyncio.Future[Any], Any]]) -> None:
 
 
 def resolve_calls(calls: Sequence[Call]) -> None:
-    """Answer finished calls: one ``call_soon_threadsafe`` per event loop (each wakes its loop once)."""
+    """Answer finished calls: one ``call_soon_threadsafe`` per event loop (each wakes its loop once), one
+    hand-over per sink."""
     by_loop: dict[asyncio.AbstractEventLoop, list[tuple[asyncio.Future[Any], Any]]] = {}
+    by_sink: dict[int, tuple[CallSink, list[Call]]] = {}
     for call in calls:
-        by_loop.setdefault(call.loop, []).append((call.future, call.outputs))
+        if call.sink is not None:
+            by_sink.setdefault(id(call.sink), (call.sink, []))[1].append(call)
+        elif call.loop is not None and call.future is not None:
+            by_loop.setdefault(call.loop, []).append((call.future, call.outputs))
+    for sink, sunk in by_sink.values():
+        sink.finished(sunk)
     for loop, answers in by_loop.items():
         try:
             loop.call_soon_threadsafe(_set_results, answers)
