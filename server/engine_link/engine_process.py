@@ -82,9 +82,11 @@ def main(
     alive: Connection,
     url: str = "",
     parent_pid: int | None = None,
+    ready: Any = None,
 ) -> None:
     """The engine process's entry point (``multiprocessing`` spawn target); exits with its status.
-    ``alive``: the write end of a pipe the workers watch, held open (never written) while this lives."""
+    ``alive``: the write end of a pipe the workers watch, held open (never written) while this lives;
+    ``ready``: an event (the supervisor's ``multiprocessing.Event``) set once every model is ready."""
     name_process("engine")
     limit_malloc_arenas()
     bound_openmp_spin()
@@ -96,7 +98,7 @@ def main(
     models = ModelRegistry.from_configs(served, strict_names=settings.strict_model_name, freeze_heap=True)
     metrics = ServerMetrics(models, slots.total, role="engine", parent_pid=parent_pid)
     models.add_engine_hook(lambda model, engine: engine.add_stats_listener(metrics.listener(model.name)))
-    server = EngineServer(models, metrics, ipc_dir, settings, url)
+    server = EngineServer(models, metrics, ipc_dir, settings, url, ready)
     status = server.run()
     alive.close()
     raise SystemExit(status)
@@ -109,9 +111,16 @@ class EngineServer:
     first when it changed."""
 
     def __init__(
-        self, models: ModelRegistry, metrics: ServerMetrics, ipc_dir: str, settings: ServerSettings, url: str
+        self,
+        models: ModelRegistry,
+        metrics: ServerMetrics,
+        ipc_dir: str,
+        settings: ServerSettings,
+        url: str,
+        ready: Any = None,
     ) -> None:
         self.models = models
+        self.ready = ready  # set once every model is ready (the supervisor tells a failed start from a crash)
         self.settings = settings
         self.url = url
         self.metrics = metrics
@@ -168,6 +177,8 @@ class EngineServer:
                 self._fail_soon()
                 return
             log_ready(engine, self.settings, self.url)
+        if self.ready is not None:
+            self.ready.set()
         while not any(engine.wait_until_dead(0.5) for engine in engines):
             if self.stopping.is_set():
                 return

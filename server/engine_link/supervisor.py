@@ -128,6 +128,7 @@ class Supervisor:
         # 1. the engine process; the pipe's write end lives only there, so its end is the workers' EOF
         alive_read, alive_write = self.context.Pipe(duplex=False)
         self.alive = alive_read
+        self.engine_ready = self.context.Event()  # set by the engine process once every model is ready
         self.engine = self.context.Process(
             target=engine_process.main,
             args=(
@@ -139,6 +140,7 @@ class Supervisor:
                 alive_write,
                 url_of(self.sock),
                 os.getpid(),
+                self.engine_ready,
             ),
             name="wde-engine",
         )
@@ -236,9 +238,11 @@ class Supervisor:
         self.engine.join()
         code = self.engine.exitcode
         if self.stop_signal is None:
+            when = "while serving" if self.engine_ready.is_set() else "before its models were ready"
             logger.error(
-                "the engine process ended (exit %s) while serving; stopping the API workers (exit status 1)",
+                "the engine process ended (exit %s) %s; stopping the API workers (exit status 1)",
                 code if code is None or code >= 0 else f"signal {-code}",
+                when,
             )
         self._stop_workers()
         return 1

@@ -162,7 +162,7 @@ def test_a_model_that_fails_to_load_in_the_engine_process_ends_the_server_with_1
         log = server.log()
     assert status == 1, log
     assert "the model failed to load, stopping the server" in log, log
-    assert "the engine process ended (exit 1)" in log, log
+    assert "the engine process ended (exit 1) before its models were ready" in log, log
 
 
 @pytest.mark.slow
