@@ -21,6 +21,7 @@ from collections.abc import Sequence
 from dataclasses import MISSING, fields
 from typing import Any
 
+from server.engine_link.config_process import build_configs, workers_likely
 from server.log_setup import configure_logging, skip_unused_record_fields
 from server.memory_release import limit_malloc_arenas
 from server.openmp_spin import bound_openmp_spin
@@ -224,8 +225,11 @@ def serve(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
         settings.verify()
         settings = dataclasses.replace(settings, batch_dir=str(settings.batch_folder(args.port)))
         all_engine_args = _served_engine_args(args)
-        # each model's config, built once: the registry and its engine take it from here
-        served = [(engine_args, engine_args.create_engine_config()) for engine_args in all_engine_args]
+        # each model's config, built once: the registry and its engine take it from here (with API workers,
+        # in a process of its own: the supervisor never imports torch)
+        served = build_configs(
+            all_engine_args, elsewhere=workers_likely(settings.api_workers) and not args.ray
+        )
     except (ValueError, TypeError, OSError) as e:
         return _startup_error(str(e))
     # 2. the HTTP server (FastAPI and uvicorn imported only now): binds the port, then loads the model

@@ -66,8 +66,10 @@ def assert_refused_soon(url: str, seconds: float = 5.0) -> None:
 
 
 def assert_named_and_counted(url: str, parent: int, engine: int, workers: list[int]) -> None:
-    """ps tells the processes apart, and /metrics has each one's CPU seconds (server/process_cpu.py)."""
+    """ps tells the processes apart, and /metrics has each one's CPU seconds (server/process_cpu.py); the
+    supervisor holds no torch (server/engine_link/config_process.py)."""
     assert process_name(parent) == "wde-supervisor"
+    assert "libtorch" not in Path(f"/proc/{parent}/maps").read_text()
     assert process_name(engine) == "wde-engine"
     assert sorted(process_name(pid) for pid in workers) == ["wde-api-0", "wde-api-1"]
     httpx.post(f"{url}/embed", json={"inputs": "counted"}, timeout=TIMEOUT)
@@ -214,6 +216,9 @@ def alive(pid: int) -> bool:
         (("--api-workers", "0"), "--api-workers must be auto or an integer >= 1, got 0"),
         (("--api-workers", "two"), "--api-workers must be auto or an integer >= 1, got 'two'"),
         (("--api-workers", "2", "--ray"), "--api-workers > 1 and --ray"),
+        # the configs are read in a process of their own (the supervisor never imports torch): its error
+        # still comes back as one line
+        (("/no/such/model", "--api-workers", "2"), "'/no/such/model' is not a local directory"),
     ],
 )
 def test_flags_it_cannot_take_fail_in_one_line(args: tuple[str, ...], needle: str) -> None:

@@ -1,0 +1,39 @@
+"""The served models' configs built in a short-lived process of their own, for ``wde serve --api-workers N``:
+reading a model folder imports torch and the model families (~250 MiB resident), which the supervisor, a
+process that only watches its children, then never holds. A bad flag or model folder raises here as it
+would in this process (the exception crosses back), so ``wde serve`` still refuses it in one line before
+anything binds or loads."""
+
+from __future__ import annotations
+
+import multiprocessing
+from collections.abc import Sequence
+from concurrent.futures import ProcessPoolExecutor
+
+from wde.config import EngineConfig
+from wde.engine_args import EngineArgs
+from wde.platforms.cores import usable_cores
+
+MIN_CORES_FOR_WORKERS = 4  # `--api-workers auto` chooses more than one worker from 4 cores up (on a GPU)
+
+
+def workers_likely(api_workers: int | str) -> bool:
+    """Whether the server will run API workers (the configs decide ``auto``'s number: a GPU's or not)."""
+    if api_workers == "auto":
+        return usable_cores() >= MIN_CORES_FOR_WORKERS
+    return int(api_workers) > 1
+
+
+def build_configs(
+    all_engine_args: Sequence[EngineArgs], elsewhere: bool
+) -> list[tuple[EngineArgs, EngineConfig]]:
+    """Each model's engine config (``elsewhere``: in a spawned process, which ends when they are built)."""
+    if not elsewhere:
+        return [(engine_args, engine_args.create_engine_config()) for engine_args in all_engine_args]
+    with ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn")) as pool:
+        configs = pool.submit(_create_configs, list(all_engine_args)).result()
+    return list(zip(all_engine_args, configs, strict=True))
+
+
+def _create_configs(all_engine_args: list[EngineArgs]) -> list[EngineConfig]:
+    return [engine_args.create_engine_config() for engine_args in all_engine_args]
