@@ -46,7 +46,8 @@ from tests.server.test_uvicorn import (  # noqa: F401 (collected here, against t
 from wde.entrypoints.async_llm_engine import AsyncLLMEngine
 
 TIMEOUT = 60.0
-FLOAT_TOLERANCE = 1e-6
+# two processes on one CPU: each times its float32 GEMMs at load (packed_linear.py) and may keep another one
+FLOAT_TOLERANCE = 1e-5
 # differ by process or request: /v1/models' "created" (when the model loaded), Cohere's response "id" (a uuid;
 # /tokenize's int token "id"s are compared), /info's "num_loads" (0 for the engine the test fixture started
 # itself, 1 where the app's lifespan loaded it, as in wde serve)
