@@ -264,6 +264,11 @@ class ModelConfig:
     def num_labels(self) -> int:
         return num_labels(self.hf_config)
 
+    @property
+    def has_dense_output(self) -> bool:
+        """An embedding model with dense vectors among its outputs (not a cross-encoder, not SPLADE alone)."""
+        return self.task == "embed" and "dense" in self.outputs
+
     def verify(self) -> None:
         if self.dtype not in RESOLVED_DTYPE_NAMES:
             raise ValueError(

@@ -14,13 +14,21 @@ from wde.config import EngineConfig
 from wde.engine_args import EngineArgs
 from wde.platforms.cores import usable_cores
 
-MIN_CORES_FOR_WORKERS = 4  # `--api-workers auto` chooses more than one worker from 4 cores up (on a GPU)
+
+def auto_api_workers(num_cores: int, on_gpu: bool) -> tuple[int, str]:
+    """(workers, why) that ``--api-workers auto`` chooses for the cores this process may use."""
+    if num_cores <= 2:
+        return 1, f"auto: {num_cores} cores (the engine needs them; HTTP stays in its process)"
+    if on_gpu:
+        return min(8, num_cores // 2), f"auto: half of {num_cores} cores on a GPU machine, at most 8"
+    return max(1, min(4, num_cores // 4)), f"auto: a quarter of {num_cores} cores on CPU, at most 4"
 
 
 def workers_likely(api_workers: int | str) -> bool:
-    """Whether the server will run API workers (the configs decide ``auto``'s number: a GPU's or not)."""
+    """Whether the server may run API workers, before the configs say whether the device is a GPU: auto's
+    choice on a GPU machine, the larger of its two."""
     if api_workers == "auto":
-        return usable_cores() >= MIN_CORES_FOR_WORKERS
+        return auto_api_workers(usable_cores(), on_gpu=True)[0] > 1
     return int(api_workers) > 1
 
 

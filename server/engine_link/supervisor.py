@@ -26,6 +26,7 @@ from types import FrameType
 from typing import Any
 
 from server.engine_link import api_worker, engine_process
+from server.engine_link.config_process import auto_api_workers
 from server.engine_link.in_flight import InFlightSlots
 from server.listener import StartupError, bind_listener, url_of
 from server.model_registry import ModelRegistry
@@ -49,13 +50,8 @@ def choose_api_workers(
     """(workers, why) for --api-workers: the number given, or auto's choice from the cores and device."""
     if setting != "auto":
         return int(setting), "--api-workers"
-    num_cores = usable_cores()
     on_gpu = any(config.device_config.device.startswith("cuda") for _, config in served)
-    if num_cores <= 2:
-        return 1, f"auto: {num_cores} cores (the engine needs them; HTTP stays in its process)"
-    if on_gpu:
-        return min(8, num_cores // 2), f"auto: half of {num_cores} cores on a GPU machine, at most 8"
-    return max(1, min(4, num_cores // 4)), f"auto: a quarter of {num_cores} cores on CPU, at most 4"
+    return auto_api_workers(usable_cores(), on_gpu)
 
 
 def check_workers_fit(settings: ServerSettings, num_models: int, ray: bool) -> None:

@@ -117,7 +117,7 @@ def _result_cache(model: ServedModel) -> dict:
 def _calibration(model: ServedModel, model_config: ModelConfig) -> dict | None:
     """The texts of int8 / uint8 ranges (the loaded engine's; else only the source); None for a model
     without dense output."""
-    if model_config.task != "embed" or "dense" not in model_config.outputs:
+    if not model_config.has_dense_output:
         return None
     if model.engine is not None:
         return model.engine.calibration.describe()

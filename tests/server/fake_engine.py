@@ -40,6 +40,7 @@ class FakeEngine:
             model="fake",
             served_model_name=None,
             outputs=("dense",),
+            has_dense_output=True,
             long_input="truncate",
             long_input_overlap=0,
             # what the int8 / uint8 calibration at load reads (a server's engine: calibration_at_load.py)

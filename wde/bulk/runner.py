@@ -225,7 +225,7 @@ def _resolved(args: EngineArgs, model_config: ModelConfig) -> EngineArgs:
 
 
 def _check_dense_embedder(model_config: ModelConfig) -> None:
-    if model_config.task != "embed" or "dense" not in model_config.outputs:
+    if not model_config.has_dense_output:
         served = "scores" if model_config.task != "embed" else f"{', '.join(model_config.outputs)} vectors"
         raise ValueError(
             f"wde embed writes dense embeddings, and {model_config.served_model_name} "

@@ -50,9 +50,7 @@ class RequestProcessor:
         for index in not_ready:
             request = requests[index]
             if request.is_tokenized and not request.tokenizing:
-                self._truncate_token_ids(request)
-                self._apply_side(request)
-                request.ready = True
+                self._ready_given_ids(request)
         # 2. keep what the tokenizer threads finished
         num_done = self._collect(wait_for=None)
         # 3. the next steps need a request that is not ready: wait for its chunk, or tokenize it now
@@ -81,13 +79,17 @@ class RequestProcessor:
         texts = []
         for request in requests:
             if request.is_tokenized:
-                self._truncate_token_ids(request)
-                self._apply_side(request)
-                request.ready = True
+                self._ready_given_ids(request)
             else:
                 texts.append(request)
         if texts:
             self._tokenize_now(texts)
+
+    def _ready_given_ids(self, request: Request) -> None:
+        """An input given as token ids: cut, its side applied, ready (no tokenizer)."""
+        self._truncate_token_ids(request)
+        self._apply_side(request)
+        request.ready = True
 
     def shutdown(self) -> None:
         if self.pool is not None:

@@ -99,7 +99,7 @@ def default_option_sets(model_config: ModelConfig) -> list[PoolingParams]:
     normalization or normalized (TEI's /embed), with no side or either side (Cohere's ``search_query`` /
     ``search_document``, /v1/embeddings' ``input_type``), each distinct set once; none for a model without
     dense output (a cross-encoder, SPLADE)."""
-    if model_config.task != "embed" or "dense" not in model_config.outputs:
+    if not model_config.has_dense_output:
         return []
     requests = [
         PoolingParams(normalize=normalize, input_type=side)
