@@ -247,7 +247,7 @@ def serve(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
         return serve_on_ray(args, functools.partial(build_app, engine_args, settings))
     try:
         from server.draining_server import serve as serve_http
-        from server.engine_link.supervisor import check_workers_fit, choose_api_workers, serve_with_workers
+        from server.engine_link.supervisor import choose_api_workers, serve_with_workers
         from server.listener import StartupError
     except ImportError as e:
         return _startup_error(missing_extra_message(e.name or str(e), "server", "wde serve"))
@@ -258,7 +258,6 @@ def serve(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
             return serve_http(
                 served, settings, args.host, args.port, args.graceful_timeout, args.log_level, why
             )
-        check_workers_fit(settings, len(served), ray=False)
         return serve_with_workers(
             served, settings, args.host, args.port, args.graceful_timeout, args.log_level, num_workers, why
         )

@@ -191,6 +191,11 @@ class ModelRegistry:
         return len(self.models) > 1
 
     @property
+    def takes_turns(self) -> bool:
+        """Fewer slots than models (--max-loaded-models): the models are loaded and unloaded on demand."""
+        return self.max_loaded_models < len(self.models)
+
+    @property
     def names(self) -> list[str]:
         return [model.name for model in self.models]
 
@@ -234,6 +239,12 @@ class ModelRegistry:
         """The model, loaded, held (not unloaded) until the block ends."""
         model = self.resolve(name, task)
         note_reached_model(model.name)  # the HTTP metrics' model label
+        async with self.hold(model):
+            yield model
+
+    @asynccontextmanager
+    async def hold(self, model: ServedModel) -> AsyncIterator[ServedModel]:
+        """``model`` (one of ``models``), loaded, held until the block ends: its turn waited for first."""
         if not _usable(model):
             await self._wait_for_turn(model)
         model.num_in_use += 1

@@ -54,6 +54,7 @@ from wde.entrypoints.engine_thread import (
     EngineLifecycle,
     EngineState,
     EngineUnavailableError,
+    Residency,
     resolve_calls,
 )
 from wde.inputs import PoolingParams
@@ -265,7 +266,9 @@ class RemoteEngineThread(EngineLifecycle):
         self._pending: dict[int, _Sent] = {}
         self._call_of_first_request: dict[str, int] = {}  # to abort by request ids
         self._reason = "the model is still loading; retry in a few seconds"
-        self._preparer: RequestPreparer | None = None  # made with the engine's info, once ready
+        self._tokenizer: Tokenizer | None = None  # this worker's, made with the engine's info, once ready
+        self._preparer: RequestPreparer | None = None
+        self._described: tuple[str, int | None] = ("", None)  # the backend and budget ``info`` says
         self.forward_clock = _RunningForward()
 
     # ---- what AsyncLLMEngine calls (any thread) ---------------------------------------------------------
@@ -389,8 +392,12 @@ class RemoteEngineThread(EngineLifecycle):
         remote = EngineState(model_state.state)
         self.counts = EngineCounts(model_state.num_waiting, model_state.num_unfinished)
         self.forward_clock.seconds = model_state.forward_seconds
-        if remote == EngineState.READY and self.info is None:
+        self.residency = Residency(model_state.loaded, model_state.num_loads)
+        if remote == EngineState.READY and (
+            self.info is None or (model_state.backend, model_state.max_num_batched_tokens) != self._described
+        ):  # first ready, or (re)loaded since (--max-loaded-models): its backend and budget now
             self.info = self._engine_info(model_state)
+            self._described = (model_state.backend, model_state.max_num_batched_tokens)
         with self._lock:
             if self.state in (EngineState.STOPPED, EngineState.FAILED):
                 return
@@ -429,19 +436,22 @@ class RemoteEngineThread(EngineLifecycle):
 
     def _engine_info(self, model_state: ModelState) -> EngineInfo:
         """The engine's config (with the token budget its runner chose) and this worker's tokenizer, which
-        also prepares the requests sent to the engine (the preparer is made here, once)."""
+        also prepares the requests sent to the engine (the tokenizer and preparer are made here, once)."""
         engine_config = self._engine_config
         if model_state.max_num_batched_tokens is not None:
             budget, reason = model_state.max_num_batched_tokens, model_state.budget_reason or ""
             scheduler_config = engine_config.scheduler_config.with_budget(budget, reason)
             engine_config = dataclasses.replace(engine_config, scheduler_config=scheduler_config)
         model_config = engine_config.model_config
-        tokenizer = Tokenizer.from_pretrained(
-            model_config.tokenizer,
-            model_config.max_model_len,
-            model_config.pair_truncation,
-            model_config.added_special_tokens,
-        )
-        self._preparer = RequestPreparer(model_config, tokenizer)
-        logger.debug("worker %s: engine %d ready (pid %d)", self._link.name, self._model_index, os.getpid())
-        return EngineInfo(engine_config, model_state.backend, tokenizer.untruncated())
+        if self._tokenizer is None:
+            self._tokenizer = Tokenizer.from_pretrained(
+                model_config.tokenizer,
+                model_config.max_model_len,
+                model_config.pair_truncation,
+                model_config.added_special_tokens,
+            )
+            self._preparer = RequestPreparer(model_config, self._tokenizer)
+            logger.debug(
+                "worker %s: engine %d ready (pid %d)", self._link.name, self._model_index, os.getpid()
+            )
+        return EngineInfo(engine_config, model_state.backend, self._tokenizer.untruncated())

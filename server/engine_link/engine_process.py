@@ -25,7 +25,7 @@ import queue
 import signal
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from multiprocessing.connection import Connection
 from typing import Any
 
@@ -48,14 +48,16 @@ from server.engine_link.messages import (
     States,
     Submit,
 )
+from server.engine_link.model_turns import ModelTurns
 from server.engine_link.parent_death import end_with_parent
 from server.log_setup import configure_logging
 from server.memory_release import limit_malloc_arenas
 from server.metrics import ServerMetrics
-from server.model_registry import ModelRegistry
+from server.model_registry import ModelRegistry, ServedModel
 from server.openmp_spin import bound_openmp_spin
 from server.process_cpu import name_process
 from server.settings import ServerSettings
+from server.swap_policy import SwapTiming
 from wde.config import EngineConfig
 from wde.engine_args import EngineArgs
 from wde.entrypoints.async_llm_engine import AsyncLLMEngine
@@ -95,7 +97,13 @@ def main(
         end_with_parent(parent_pid)
     # the result cache lives in the workers, beside the plans that consult it
     served = [(dataclasses.replace(args, cache_size=0), config) for args, config in served]
-    models = ModelRegistry.from_configs(served, strict_names=settings.strict_model_name, freeze_heap=True)
+    models = ModelRegistry.from_configs(
+        served,
+        settings.max_loaded_models,
+        strict_names=settings.strict_model_name,
+        swap_timing=SwapTiming.of(settings),
+        freeze_heap=True,
+    )
     metrics = ServerMetrics(models, slots.total, role="engine", parent_pid=parent_pid)
     models.add_engine_hook(lambda model, engine: engine.add_stats_listener(metrics.listener(model.name)))
     server = EngineServer(models, metrics, ipc_dir, settings, url, ready)
@@ -137,6 +145,8 @@ class EngineServer:
         self.outbox.setsockopt(zmq.SNDHWM, 0)  # a full queue would drop a worker's answers
         self.outbox.bind(endpoint(ipc_dir, OUT_ENDPOINT))
         self._outgoing: queue.SimpleQueue[Outgoing] = queue.SimpleQueue()
+        # --max-loaded-models: calls wait for their model's turn (None: every model stays loaded)
+        self.turns = ModelTurns(models, self._is_pending, self.failed) if models.takes_turns else None
         self.stopping = threading.Event()
         self._receiving = True
         self._last_state = b""
@@ -147,9 +157,10 @@ class EngineServer:
         signal.signal(signal.SIGTERM, lambda *_: self.stopping.set())
         signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent forwards what it gets
         self.models.start()
-        engines = [model.loaded_engine for model in self.models.models]
+        if self.turns is not None:
+            self.turns.start()
         threads = [
-            threading.Thread(target=self._watch_loads, args=(engines,), name="wde-load", daemon=True),
+            threading.Thread(target=self._watch_loads, name="wde-load", daemon=True),
             threading.Thread(target=self._receive, name="wde-link-in", daemon=True),
             threading.Thread(target=self._send, name="wde-link-out", daemon=True),
         ]
@@ -159,6 +170,8 @@ class EngineServer:
             pass
         # every worker has stopped by now (the parent stops them first): drain what the engines still hold
         self._receiving = False
+        if self.turns is not None:
+            self.turns.stop()
         self.models.shutdown()
         self._outgoing.put(Order.STOP)
         threads[2].join(5.0)
@@ -166,10 +179,11 @@ class EngineServer:
         self._context.destroy(linger=0)
         return self.status
 
-    def _watch_loads(self, engines: list[AsyncLLMEngine]) -> None:
-        """Log each model's ready line; a model that cannot load, or an engine that dies, ends the process
-        with status 1 (after the workers heard the state)."""
-        for engine in engines:
+    def _watch_loads(self) -> None:
+        """Log each model's ready line; a model that cannot load at start-up, or an engine that dies, ends
+        the process with status 1 (after the workers heard the state). A model that fails to load later
+        (--max-loaded-models) answers its queued requests 503 instead, as in a single-process server."""
+        for engine in self._engines():
             try:
                 engine.wait_until_ready()
             except Exception as e:
@@ -179,10 +193,14 @@ class EngineServer:
             log_ready(engine, self.settings, self.url)
         if self.ready is not None:
             self.ready.set()
-        while not any(engine.wait_until_dead(0.5) for engine in engines):
-            if self.stopping.is_set():
+        while not self.stopping.wait(0.5):
+            if any(engine.state == EngineState.FAILED for engine in self._engines()):
+                self._fail_soon()
                 return
-        self._fail_soon()
+
+    def _engines(self) -> list[AsyncLLMEngine]:
+        """The loaded models' engines (read once: another thread may unload one meanwhile)."""
+        return [engine for engine in (model.engine for model in self.models.models) if engine is not None]
 
     def _fail_soon(self) -> None:
         """One state message first, so the workers say the engine's reason, then stop with 1."""
@@ -227,12 +245,16 @@ class EngineServer:
         self.metrics.process_cpu.reported[stats.role] = stats.cpu_seconds
 
     def _submit(self, message: Submit) -> None:
-        """The worker's prepared requests, as calls of their models' engines (one command each)."""
+        """The worker's prepared requests, as calls of their models' engines (one command each; each call
+        waits for its model's turn first when the models take turns)."""
         by_model: dict[int, list[LinkedCall]] = {}
         for linked in _calls(message, self):
             self.calls[linked.key] = linked
             by_model.setdefault(linked.key[1], []).append(linked)
         for model_index, model_calls in by_model.items():
+            if self.turns is not None:
+                self.turns.submit(model_index, model_calls)
+                continue
             engine = self.models.models[model_index].engine
             try:
                 if engine is None:
@@ -243,10 +265,20 @@ class EngineServer:
                     self.failed(failed, error)
 
     def _abort(self, message: Abort) -> None:
-        call = self.calls.pop((message.worker.encode(), message.model, message.call_id), None)
+        call = self._forget((message.worker.encode(), message.model, message.call_id))
         engine = self.models.models[message.model].engine
         if call is not None and engine is not None:
             engine.abort_requests(call.request_ids)
+
+    def _forget(self, key: tuple[bytes, int, int]) -> LinkedCall | None:
+        """The call, no longer pending (answered or aborted): it lets go of its model (None: gone already)."""
+        call = self.calls.pop(key, None)
+        if call is not None and call.release is not None:
+            call.release()
+        return call
+
+    def _is_pending(self, call: LinkedCall) -> bool:
+        return call.key in self.calls
 
     # ---- CallSink: the engines' threads --------------------------------------------------------------------
     def finished(self, calls: Sequence[Call]) -> None:
@@ -292,7 +324,7 @@ class EngineServer:
     def _add_answer(
         self, answers: dict[bytes, list[Answer]], call: Call, outputs: Any, error: BaseException | None
     ) -> None:
-        if not isinstance(call, LinkedCall) or self.calls.pop(call.key, None) is None:
+        if not isinstance(call, LinkedCall) or self._forget(call.key) is None:
             return  # aborted (every call here is a LinkedCall: made by _calls)
         worker, model_index, call_id = call.key
         if error is not None:
@@ -309,7 +341,8 @@ class EngineServer:
 
     def _send_states(self, force: bool = False) -> None:
         """Every model's state, to every worker: when it changed, and at least once a second."""
-        packed = messages.encode(States([_model_state(model.engine) for model in self.models.models]))
+        turns = self.turns is not None
+        packed = messages.encode(States([_model_state(model, turns) for model in self.models.models]))
         now = time.monotonic()
         if packed == self._last_state and not force and now - self._last_state_time < 1.0:
             return
@@ -326,6 +359,7 @@ class LinkedCall(Call):
     """A worker's call in the engine process: answered through the ``EngineServer`` (its sink), by key."""
 
     key: tuple[bytes, int, int] = (b"", 0, 0)  # (worker, model index, the worker's call id)
+    release: Callable[[], None] | None = None  # lets go of its model (``ModelTurns``), once answered
 
 
 @dataclasses.dataclass(frozen=True)
@@ -353,8 +387,16 @@ class Order(enum.Enum):
 Outgoing = Finished | Failed | Message | Order  # what the output thread takes
 
 
-def _model_state(engine: AsyncLLMEngine | None) -> ModelState:
+def _model_state(model: ServedModel, turns: bool) -> ModelState:
+    """``turns``: the models take turns (--max-loaded-models): an unloaded one takes calls (they queue
+    here, and it loads on demand)."""
+    engine, num_loads = model.engine, model.num_loads
     if engine is None:
+        if turns:
+            num_queued = len(model.waiting)
+            return ModelState(
+                EngineState.READY.value, "", num_queued, num_queued, 0.0, "", None, None, False, num_loads
+            )
         return ModelState(EngineState.STOPPED.value, "the model is not loaded", 0, 0, 0.0, "", None, None)
     counts = engine.counts
     backend, budget, reason = "", None, None
@@ -375,6 +417,8 @@ def _model_state(engine: AsyncLLMEngine | None) -> ModelState:
         backend,
         budget,
         reason,
+        True,
+        num_loads,
     )
 
 

@@ -220,6 +220,10 @@ class ModelState(msgspec.Struct, array_like=True):
     backend: str  # the attention backend ("" until ready)
     max_num_batched_tokens: int | None  # the token budget the runner chose (None until ready)
     budget_reason: str | None
+    # False: unloaded by --max-loaded-models (its requests still go to the engine process, which queues
+    # them and loads it on demand); how many engines were made for it
+    loaded: bool = True
+    num_loads: int = 1
 
 
 class States(msgspec.Struct, tag=True, array_like=True):

@@ -54,19 +54,6 @@ def choose_api_workers(
     return auto_api_workers(usable_cores(), on_gpu)
 
 
-def check_workers_fit(settings: ServerSettings, num_models: int, ray: bool) -> None:
-    """What --api-workers > 1 cannot be combined with, refused before anything starts."""
-    if ray:
-        raise StartupError(
-            "--api-workers > 1 and --ray: Ray Serve scales with replicas; drop one of the flags"
-        )
-    if settings.max_loaded_models is not None and settings.max_loaded_models < num_models:
-        raise StartupError(
-            f"--api-workers > 1 serves all {num_models} models loaded at once; drop --max-loaded-models "
-            "or pass --api-workers 1 to swap models in and out"
-        )
-
-
 def serve_with_workers(
     served: Sequence[tuple[EngineArgs, EngineConfig]],
     settings: ServerSettings,

@@ -62,8 +62,12 @@ def describe(state: AppState, model: ServedModel) -> dict:
     """One model's TEI /info fields: from its loaded engine, else from its configuration (read at
     start-up; ``attention_backend`` is then null: it is chosen when the model loads)."""
     engine = model.engine
+    # an API worker's engine is in the engine process, which may have unloaded it (--max-loaded-models)
+    residency = None if engine is None else engine.residency
+    loaded = engine is not None and engine.is_ready and (residency is None or residency.loaded)
     if engine is not None and engine.is_ready:
-        engine_config, attention_backend = engine.info.engine_config, engine.info.attention_backend
+        engine_config = engine.info.engine_config
+        attention_backend = engine.info.attention_backend if loaded else None
     elif model.config is not None:
         engine_config, attention_backend = model.config, None
     else:
@@ -98,8 +102,8 @@ def describe(state: AppState, model: ServedModel) -> dict:
         "executor": engine_config.device_config.executor,
         "result_cache": _result_cache(model),
         "calibration": _calibration(model, model_config),
-        "loaded": engine is not None and engine.is_ready,
-        "num_loads": model.num_loads,
+        "loaded": loaded,
+        "num_loads": model.num_loads if residency is None else residency.num_loads,
     }
 
 

@@ -9,6 +9,7 @@ the models are swapped (loads counted in ``wde_model_loads_total``).
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -142,11 +143,15 @@ def test_models_info_and_metrics_list_every_model(two_models: ServeProcess) -> N
     assert answered["minilm"] >= 1 and answered["reranker"] >= 1 and answered[""] >= 1
 
 
+@pytest.mark.parametrize("api_workers", ["1", "2"])
 def test_one_loaded_model_at_a_time_swaps_on_demand(
-    tmp_path: Path, embedder_dir: str, reranker_dir: Path, default_llm
+    tmp_path: Path, embedder_dir: str, reranker_dir: Path, default_llm, api_workers: str
 ) -> None:
+    """With API workers, the engine process swaps (server/engine_link/model_turns.py) and the workers say
+    which model is loaded."""
     expected = default_llm.encode(TEXTS[:2])
     args = (embedder_dir, str(reranker_dir), "--max-loaded-models", "1", "--no-access-log")
+    args += ("--api-workers", api_workers)
     with serve_process(tmp_path, *args) as server:
         server.wait_healthy(TIMEOUT)
         scores = reference_scores(reranker_dir, QUERY, DOCUMENTS)
@@ -178,9 +183,13 @@ def test_one_loaded_model_at_a_time_swaps_on_demand(
         loads = metric_samples(server.url, "wde_model_loads_total")
         loaded = metric_samples(server.url, "wde_model_loaded")
         health = httpx.get(f"{server.url}/health", timeout=TIMEOUT)
+        time.sleep(0.3)  # with API workers: the engine process's next state messages
+        info = {model["model_id"]: model for model in httpx.get(f"{server.url}/info").json()["models"]}
     assert loads == {
         embedder_dir: 3.0,
         str(reranker_dir): 3.0,
     }  # start-up + 2 reloads; 3 loads of the reranker
     assert sum(loaded.values()) == 1.0 and loaded[str(reranker_dir)] == 1.0
     assert health.status_code == 200
+    assert [(info[name]["loaded"], info[name]["num_loads"]) for name in loads] == [(False, 3), (True, 3)]
+    assert info[embedder_dir]["attention_backend"] is None

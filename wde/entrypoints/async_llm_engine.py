@@ -38,6 +38,7 @@ from wde.entrypoints.engine_thread import (
     EngineState,
     EngineThread,
     EngineUnavailableError,
+    Residency,
     StatsListener,
 )
 from wde.entrypoints.long_inputs import Chunker
@@ -135,6 +136,11 @@ class AsyncLLMEngine:
         if info is None:
             raise EngineUnavailableError("the model is still loading; retry in a few seconds")
         return info
+
+    @property
+    def residency(self) -> Residency | None:
+        """For an engine in another process, whether its model is loaded there; None for this process's."""
+        return self._thread.residency
 
     def _build_engine(self) -> LLMEngine:
         """On the engine thread: the LLMEngine, with the result reuse when ``cache_size`` asks for it and the

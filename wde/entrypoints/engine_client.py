@@ -8,7 +8,14 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Protocol
 
-from wde.entrypoints.engine_thread import Call, EngineCounts, EngineInfo, EngineState, StatsListener
+from wde.entrypoints.engine_thread import (
+    Call,
+    EngineCounts,
+    EngineInfo,
+    EngineState,
+    Residency,
+    StatsListener,
+)
 
 
 class RunningClock(Protocol):
@@ -22,6 +29,7 @@ class EngineClient(Protocol):
     info: EngineInfo | None  # the loaded engine's config, backend and tokenizer copy (None while loading)
     counts: EngineCounts  # queued and unfinished requests, as of the engine's latest step
     listeners: tuple[StatsListener, ...]  # replaced, never mutated
+    residency: Residency | None  # an engine in another process: is its model loaded there (None: own)
 
     @property
     def forward_clock(self) -> RunningClock | None: ...

@@ -74,6 +74,15 @@ class EngineCounts:
     num_unfinished: int = 0  # accepted and not answered yet (queued or running)
 
 
+@dataclass(frozen=True)
+class Residency:
+    """Whether an engine in another process has its model loaded (the engine process of ``wde serve
+    --api-workers`` with --max-loaded-models unloads models and loads them again on demand)."""
+
+    loaded: bool
+    num_loads: int  # engines made for the model there
+
+
 class StatsListener(Protocol):
     """Observes the engine for metrics. Called ON THE ENGINE THREAD: keep it short and thread-safe."""
 
@@ -201,6 +210,7 @@ class EngineLifecycle:
         self.counts = EngineCounts()
         self.error: BaseException | None = None  # why the engine failed
         self.listeners: tuple[StatsListener, ...] = ()  # replaced, never mutated (read by the thread)
+        self.residency: Residency | None = None  # None: the engine is this process's own
 
     def wait_until_ready(self, timeout: float | None = None) -> None:
         if not self._ready.wait(timeout):

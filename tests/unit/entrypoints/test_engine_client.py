@@ -12,7 +12,7 @@ from server.engine_link.client import RemoteEngineThread
 from wde.entrypoints.engine_client import EngineClient
 from wde.entrypoints.engine_thread import EngineThread
 
-ATTRIBUTES = ("state", "info", "counts", "listeners", "forward_clock")  # set in __init__
+ATTRIBUTES = ("state", "info", "counts", "listeners", "forward_clock", "residency")  # set in __init__
 
 
 def seam_members() -> set[str]:
