@@ -134,20 +134,27 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--max-swap-wait", type=float, default=SwapTiming.max_wait)
     parser.add_argument("--min-model-residency", type=float, default=SwapTiming.min_residency)
     parser.add_argument("--keep-log", type=Path, default=None, help="write the swapping server's log here")
+    parser.add_argument(
+        "--api-workers", type=int, default=1, help="the servers' --api-workers (2+: the engine process swaps)"
+    )
     args = parser.parse_args(argv)
     texts = load_texts(args.data, args.requests)
     timing = SwapTiming(args.max_swap_wait, args.min_model_residency)
     swap_flags = ["--max-swap-wait", str(timing.max_wait), "--min-model-residency", str(timing.min_residency)]
-    runs = [("--max-loaded-models 1", ["--max-loaded-models", "1", *swap_flags])]
+    workers = ["--api-workers", str(args.api_workers)]
+    runs = [("--max-loaded-models 1", ["--max-loaded-models", "1", *swap_flags, *workers])]
     if not args.only_swapping:
-        runs.append(("both loaded", []))
-    print(f"{args.requests} requests, models {NAMES[0]} / {NAMES[1]} in turn, concurrency {args.concurrency}")
+        runs.append(("both loaded", workers))
+    print(
+        f"{args.requests} requests, models {NAMES[0]} / {NAMES[1]} in turn, concurrency {args.concurrency}, "
+        f"--api-workers {args.api_workers}"
+    )
     print(f"load average before: {os.getloadavg()[0]:.2f}")
     print("| server | loads (drained / waited) | req/s | p50 ms | p95 ms | max ms | errors |")
     print("|---|---:|---:|---:|---:|---:|---:|")
     swap_logs = []
     for label, extra_args in runs:
-        keep_log = args.keep_log if extra_args else None
+        keep_log = args.keep_log if "--max-loaded-models" in extra_args else None
         result, loads, swap_log = run(args.model, texts, args.concurrency, extra_args, keep_log)
         if loads:
             swap_logs.append(swap_log)
