@@ -38,6 +38,7 @@ from wde.engine.llm_engine import LLMEngine
 from wde.engine_args import EngineArgs
 from wde.entrypoints.async_llm_engine import AsyncLLMEngine
 from wde.entrypoints.engine_thread import EngineUnavailableError
+from wde.entrypoints.output_precision import Calibration
 
 logger = logging.getLogger("wde.server")
 
@@ -62,6 +63,8 @@ class ServedModel:
     loaded_at: float = field(default_factory=time.monotonic)  # when its engine became ready
     idle_since: float = field(default_factory=time.monotonic)  # when its last request let go of it
     load_seconds: float = 0.0  # how long its last load took (its engine made to ready; logged)
+    # its int8 / uint8 calibration, kept across loads: a swap back does not embed the texts again
+    calibration: Calibration | None = None
     # (when, error) of its last failed load: the requests queued before then are answered the error
     load_failure: tuple[float, EngineUnavailableError] | None = None
 
@@ -405,7 +408,9 @@ class ModelRegistry:
                 model.engine_args,
                 frozen_after(build) if self.freeze_heap else build,
                 calibrate_at_load=True,
+                calibration=model.calibration,
             )
+            model.calibration = engine.calibration
         for hook in self._engine_hooks:
             hook(model, engine)
         return engine

@@ -1,10 +1,12 @@
 """``calibrate_at_load``: an engine computes the int8 / uint8 ranges of requests with no option as it loads,
 the same ranges a first int8 request computes (the bundled MiniLM on the bundled set), with one INFO line;
 ``AsyncLLMEngine(calibrate_at_load=True)`` has them before it says ready, of --calibration-file's texts when
-given; a cross-encoder computes nothing."""
+given; a cross-encoder computes nothing; a model swapped out and back in (``--max-loaded-models``) keeps its
+ranges and does not embed the texts again."""
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from pathlib import Path
 
@@ -12,6 +14,8 @@ import numpy as np
 import pytest
 
 import wde
+from server.model_registry import ModelRegistry, ServedModel
+from tests.tiny_models import SEED, save_tiny_bert
 from wde import EngineArgs
 from wde.entrypoints.async_llm_engine import AsyncLLMEngine
 from wde.entrypoints.calibration_at_load import calibrate_at_load
@@ -35,11 +39,12 @@ def test_the_ranges_at_load_are_those_of_a_first_request(
     on_first_use = default_llm.calibration.ranges(options)
     assert on_first_use is not None
     np.testing.assert_allclose(at_load, on_first_use, atol=1e-6)
-    # already kept: nothing runs again
+    # already kept: nothing runs again, and nothing is said
     caplog.clear()
     with caplog.at_level(logging.INFO, logger="wde.entrypoints.calibration_at_load"):
         calibrate_at_load(default_llm.engine, calibration)
-    assert "for 0 option set(s)" in caplog.records[0].getMessage()
+    assert caplog.records == []
+    assert calibration.ranges(options) is at_load
 
 
 def test_an_async_engine_has_them_when_ready_from_the_calibration_file(
@@ -62,11 +67,34 @@ def test_an_async_engine_has_them_when_ready_from_the_calibration_file(
 
 
 def test_a_cross_encoder_computes_nothing(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
-    from tests.tiny_models import save_tiny_bert
-
     path = save_tiny_bert(tmp_path, architecture="BertForSequenceClassification", num_labels=1)
     llm = wde.LLM(str(path))
     calibration = Calibration.bundled()
     with caplog.at_level(logging.INFO, logger="wde.entrypoints.calibration_at_load"):
         calibrate_at_load(llm.engine, calibration)
     assert caplog.records == [] and default_option_sets(llm.model_config) == []
+
+
+@pytest.mark.anyio
+async def test_a_model_swapped_back_in_keeps_its_ranges(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Two tiny embedders through one slot, a -> b -> a: two calibrations (one each), not three; a's
+    second engine holds the ranges of its first."""
+    paths = [save_tiny_bert(tmp_path / name, seed=SEED + index) for index, name in enumerate("ab")]
+    models = [ServedModel(EngineArgs(model=str(path), served_model_name=path.name)) for path in paths]
+    registry = ModelRegistry(models, max_loaded_models=1)
+    with caplog.at_level(logging.INFO, logger="wde.entrypoints.calibration_at_load"):
+        registry.start()  # a loads
+        try:
+            await asyncio.to_thread(registry.wait_until_ready, 120)
+            first = models[0].calibration
+            for name in ("b", "a"):
+                async with registry.use(name) as model:
+                    assert model.engine is not None and model.engine.is_ready
+            assert models[0].num_loads == 2 and models[0].calibration is first
+            assert models[0].engine is not None and models[0].engine.calibration is first
+        finally:
+            await asyncio.to_thread(registry.shutdown)
+    lines = [record.getMessage() for record in caplog.records]
+    assert len(lines) == 2, lines  # a's first load and b's; a's second computed nothing

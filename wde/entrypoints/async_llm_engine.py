@@ -68,13 +68,16 @@ class AsyncLLMEngine:
         engine_config: EngineConfig | None = None,
         thread: EngineClient | None = None,
         calibrate_at_load: bool = False,
+        calibration: Calibration | None = None,
     ) -> None:
         """``build_engine`` makes the LLMEngine on the engine thread (default: from ``engine_config``, the
         config already built from ``engine_args`` (``wde serve`` builds each once), else from
         ``engine_args``). ``thread``: the engine's client when it lives elsewhere (an API worker's
         ``RemoteEngineThread``: the engine runs in the engine process; needs ``engine_config``).
         ``calibrate_at_load``: the engine thread computes the int8 / uint8 ranges of requests with no option
-        before it says ready (a server's engine: ``calibration_at_load.py``); else on first use."""
+        before it says ready (a server's engine: ``calibration_at_load.py``); else on first use.
+        ``calibration``: the texts and the ranges already computed, kept by whoever loads the same model
+        again (the model registry, across swaps); default: a new one of ``--calibration-file``."""
         self.engine_args = engine_args
         if build_engine is None and engine_config is not None:
             build_engine = functools.partial(LLMEngine.from_engine_config, engine_config)
@@ -90,7 +93,7 @@ class AsyncLLMEngine:
                 raise ValueError("an AsyncLLMEngine over another process's engine needs its engine_config")
             self.result_reuse = ResultReuse(engine_config.model_config, engine_args.cache_size)
         # int8 / uint8 output ranges: of --calibration-file's texts, else of the bundled set
-        self.calibration = Calibration.from_file(engine_args.calibration_file)
+        self.calibration = calibration or Calibration.from_file(engine_args.calibration_file)
         self.calibrate_at_load = calibrate_at_load
         self._chunker_instance: Chunker | None = None
         # calls made during the current event loop iteration, handed to the engine thread together at its

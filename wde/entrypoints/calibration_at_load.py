@@ -31,6 +31,8 @@ def calibrate_at_load(engine: LLMEngine, calibration: Calibration) -> None:
     start = time.perf_counter()
     plan = tasks.calibrate(model_config, calibration, option_sets)
     num_computed = tasks.run_plan(plan, functools.partial(_run_inline, engine))
+    if not num_computed:  # kept from an earlier load of the same model (a swap back)
+        return
     # 3. one line saying what was computed from what
     source = "the bundled set (wde/calibration)" if calibration.source == BUNDLED else calibration.source
     logger.info(
