@@ -30,6 +30,7 @@ from server.settings import ServerSettings
 from wde.config import EngineConfig
 from wde.engine_args import EngineArgs
 from wde.entrypoints.async_llm_engine import AsyncLLMEngine
+from wde.entrypoints.output_precision import Calibration
 
 HEAR_ENGINE_SECONDS = 10.0  # at most, before serving anyway (answering 503 until the engine's state comes)
 
@@ -68,16 +69,16 @@ def main(
     slots.index = index
     # 2. the models, each engine a remote one; the engine process's state heard before the first request
     #    (a worker that replaces a dead one serves at once, not 503 "loading" for its first 0.1 s)
-    link = EngineLink(name, ipc_dir, engine_alive, role=f"api-{index}")
+    # each model's int8 / uint8 ranges, shared with the engine process (computed once per server)
+    calibrations = [Calibration.from_file(engine_args.calibration_file) for engine_args, _ in served]
+    link = EngineLink(name, ipc_dir, engine_alive, role=f"api-{index}", calibrations=calibrations)
     link.start()
     link.heard.wait(HEAR_ENGINE_SECONDS)
     index_of = {id(engine_args): model_index for model_index, (engine_args, _) in enumerate(served)}
 
     def make_engine(engine_args: EngineArgs) -> AsyncLLMEngine:
         model_index = index_of[id(engine_args)]
-        engine_config = served[model_index][1]
-        thread = link.thread_for(model_index, engine_config)
-        return AsyncLLMEngine(engine_args, engine_config=engine_config, thread=thread)
+        return link.engine(model_index, engine_args, served[model_index][1])
 
     models = ModelRegistry(
         [ServedModel(engine_args, config=engine_config) for engine_args, engine_config in served],

@@ -1,28 +1,34 @@
 """An API worker's side of the engine link: ``EngineLink`` (the sockets and their reader thread) and one
 ``RemoteEngineThread`` per model, the ``EngineClient`` an ``AsyncLLMEngine`` drives exactly as it drives an
-``EngineThread``. The worker validates and tokenizes each call's requests itself (``RequestPreparer``) and
-sends the ready ones as one ``Submit`` per event-loop iteration (their token ids in one array); a request
-that cannot run (too long with truncation off) is answered here. Answers come back one message per engine
+``EngineThread``. The worker validates and tokenizes each call's requests itself (``RequestPreparer``; a
+large call on the model's preparing thread, off the event loop) and sends the ready ones as one ``Submit``
+per event-loop iteration (their token ids in one array); a request that cannot run (too long with
+truncation off) is answered here. Answers come back one message per engine
 step and resolve the calls' futures on their loop (one ``call_soon_threadsafe`` per message).
 
 The reader thread also hears the engine process's state every 0.1 s (``/health``, the watchdog, the
 token budget ``/info`` shows) and watches a pipe the engine process holds open: when that process dies,
 every pending call fails with ``EngineDeadError`` and the model's state turns FAILED, which stops the worker
-with status 1 (``EngineMonitor``), as a crashed engine thread stops a single-process server.
+with status 1 (``EngineMonitor``), as a crashed engine thread stops a single-process server. The int8 /
+uint8 ranges the engine process or another worker computed arrive as ``Ranges`` and are kept in the
+model's ``Calibration``; those this worker computes are sent to the engine process, which tells the others.
 """
 
 from __future__ import annotations
 
 import asyncio
 import dataclasses
+import functools
 import itertools
 import logging
 import os
 import threading
 import time
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from itertools import chain
 from multiprocessing.connection import Connection
+from typing import Any
 
 import numpy as np
 import zmq
@@ -39,6 +45,7 @@ from server.engine_link.messages import (
     HttpStats,
     ModelState,
     Prepared,
+    Ranges,
     Scrape,
     Scraped,
     States,
@@ -46,6 +53,8 @@ from server.engine_link.messages import (
 )
 from wde.config import EngineConfig
 from wde.engine.request_preparer import RequestPreparer
+from wde.engine_args import EngineArgs
+from wde.entrypoints.async_llm_engine import AsyncLLMEngine
 from wde.entrypoints.engine_thread import (
     Call,
     EngineCounts,
@@ -57,6 +66,7 @@ from wde.entrypoints.engine_thread import (
     Residency,
     resolve_calls,
 )
+from wde.entrypoints.output_precision import Calibration
 from wde.inputs import PoolingParams
 from wde.outputs import ErrorOutput, RequestMetrics
 from wde.request import Request, RequestStatus
@@ -66,13 +76,21 @@ logger = logging.getLogger("wde.server")
 
 ENGINE_GONE = "the engine process stopped; restart the server"
 POLL_MS = 200  # the reader thread looks at ``close()`` this often
+# a call with more text than this is tokenized on a thread, not on the event loop (~1 ms of tokenizer time)
+MAX_INLINE_CHARS = 16_384
 
 
 class EngineLink:
     def __init__(
-        self, worker_name: str, ipc_dir: str, engine_alive: Connection | None, role: str = "api"
+        self,
+        worker_name: str,
+        ipc_dir: str,
+        engine_alive: Connection | None,
+        role: str = "api",
+        calibrations: Sequence[Calibration] = (),
     ) -> None:
-        """``role``: the worker's in ``wde_process_cpu_seconds`` (``api-N``)."""
+        """``role``: the worker's in ``wde_process_cpu_seconds`` (``api-N``); ``calibrations``: each served
+        model's, by index, shared with the engine process and the other workers."""
         self.name = worker_name
         self.role = role
         self._context = zmq.Context()
@@ -94,8 +112,22 @@ class EngineLink:
         self._closed = False
         self._last_states: list[ModelState] = []  # the engine process's last word on each model
         self.heard = threading.Event()  # set by its first state message
+        self.calibrations = list(calibrations)
+        for model_index, calibration in enumerate(self.calibrations):
+            calibration.on_store = functools.partial(self._share_ranges, model_index)
 
-    def thread_for(self, model_index: int, engine_config: EngineConfig) -> RemoteEngineThread:
+    def engine(
+        self, model_index: int, engine_args: EngineArgs, engine_config: EngineConfig
+    ) -> AsyncLLMEngine:
+        """The ``AsyncLLMEngine`` of served model ``model_index``, over the engine process (its calibration
+        the one this link shares, when given)."""
+        thread = self._thread_for(model_index, engine_config)
+        calibration = self.calibrations[model_index] if model_index < len(self.calibrations) else None
+        return AsyncLLMEngine(
+            engine_args, engine_config=engine_config, thread=thread, calibration=calibration
+        )
+
+    def _thread_for(self, model_index: int, engine_config: EngineConfig) -> RemoteEngineThread:
         thread = RemoteEngineThread(self, model_index, engine_config)
         self.threads[model_index] = thread
         if model_index < len(self._last_states):  # a worker started while the engine serves: ready at once
@@ -133,6 +165,10 @@ class EngineLink:
     ) -> HttpStats:
         """This worker's HTTP observations and result caches' counts, with its CPU time so far."""
         return HttpStats(self.name, self.role, time.process_time(), observations, cache_stats)
+
+    def _share_ranges(self, model_index: int, options: PoolingParams, ranges: np.ndarray) -> None:
+        """Ranges this worker computed (a first request with options no one had): to the engine process."""
+        self.send(Ranges.of(self.name, model_index, options, ranges))
 
     async def scrape(self, stats: HttpStats) -> bytes:
         """The server's /metrics text, rendered by the engine process (after these HTTP observations)."""
@@ -184,11 +220,28 @@ class EngineLink:
                 thread = self.threads.get(model_index)
                 if thread is not None:
                     thread.update(state)
+        elif isinstance(message, Ranges):
+            if message.model < len(self.calibrations):
+                self.calibrations[message.model].keep(message.options, message.ranges.array())
         elif isinstance(message, Scraped):
             entry = self._scrapes.get(message.scrape_id)
             if entry is not None:
                 loop, future = entry
                 loop.call_soon_threadsafe(_resolve, future, message.text)
+
+
+def _num_chars(prompts: Sequence[Any]) -> int:
+    """The text in a call's prompts (texts, ``{"prompt": ...}``, pairs; token ids count nothing)."""
+    num_chars = 0
+    for prompt in prompts:
+        if isinstance(prompt, str):
+            num_chars += len(prompt)
+        elif isinstance(prompt, dict):
+            text = prompt.get("prompt")
+            num_chars += len(text) if isinstance(text, str) else 0
+        elif isinstance(prompt, tuple):
+            num_chars += sum(len(part) for part in prompt if isinstance(part, str))
+    return num_chars
 
 
 def _resolve(future: asyncio.Future[bytes], value: bytes) -> None:
@@ -268,6 +321,9 @@ class RemoteEngineThread(EngineLifecycle):
         self._reason = "the model is still loading; retry in a few seconds"
         self._tokenizer: Tokenizer | None = None  # this worker's, made with the engine's info, once ready
         self._preparer: RequestPreparer | None = None
+        # large calls being prepared off the event loop, by first request id (abort drops one from here)
+        self._preparing: set[str] = set()
+        self._preparing_thread: ThreadPoolExecutor | None = None
         self._described: tuple[str, int | None] = ("", None)  # the backend and budget ``info`` says
         self.forward_clock = _RunningForward()
 
@@ -285,24 +341,59 @@ class RemoteEngineThread(EngineLifecycle):
         self.add_many([call])
 
     def add_many(self, calls: Sequence[Call]) -> None:
-        """Prepare each call's requests here (a call that fails validation fails alone; a request that
-        cannot run gets its error output here), then send the ready ones in one message."""
+        """Prepare each call's requests (a call that fails validation fails alone; a request that cannot
+        run gets its error output here), then send the ready ones in one message. A call with more text
+        than ``MAX_INLINE_CHARS`` is prepared on this model's preparing thread instead, so that its
+        tokenizer time does not hold the event loop (the other calls go at once)."""
         with self._lock:
             if self.state == EngineState.FAILED:
                 raise EngineDeadError(self._reason)
             if self.state != EngineState.READY or self._preparer is None:
                 raise EngineUnavailableError(self._reason)
+            large = [call for call in calls if _num_chars(call.prompts) > MAX_INLINE_CHARS]
+            for call in large:
+                self._preparing.add(call.request_ids[0])
+        if large:
+            large_ids = {id(call) for call in large}
+            calls = [call for call in calls if id(call) not in large_ids]
+            if self._preparing_thread is None:
+                self._preparing_thread = ThreadPoolExecutor(1, thread_name_prefix="wde-prepare")
+            for call in large:
+                self._preparing_thread.submit(self._prepare_off_loop, call)
+        self._send(calls)
+
+    def _send(self, calls: Sequence[Call]) -> None:
         outgoing = _Outgoing()
         for call in calls:
             sent = self._prepare(call, outgoing)
-            if sent is None:
-                continue
-            with self._lock:
-                call_id = outgoing.calls[-1].call_id
-                self._pending[call_id] = sent
-                self._call_of_first_request[call.request_ids[0]] = call_id
+            if sent is not None:
+                with self._lock:
+                    self._register(sent, outgoing.calls[-1].call_id)
         if outgoing.calls:
             self._link.send(outgoing.message(self._link.name))
+
+    def _prepare_off_loop(self, call: Call) -> None:
+        """On the preparing thread: prepare and send a large call, unless it is aborted meanwhile."""
+        first = call.request_ids[0]
+        try:
+            outgoing = _Outgoing()
+            sent = self._prepare(call, outgoing) if first in self._preparing else None
+            with self._lock:
+                if sent is None or first not in self._preparing:  # nothing to send, or aborted
+                    return
+                self._register(sent, outgoing.calls[-1].call_id)
+            self._link.send(outgoing.message(self._link.name))
+        except Exception as error:  # the link closed meanwhile: the call must not wait forever
+            call.fail(error)
+        finally:
+            with self._lock:
+                self._preparing.discard(first)
+                self._note_idle()
+
+    def _register(self, sent: _Sent, call_id: int) -> None:
+        """(lock held) ``sent`` is in the engine process until its answer (or its abort)."""
+        self._pending[call_id] = sent
+        self._call_of_first_request[sent.call.request_ids[0]] = call_id
 
     def _prepare(self, call: Call, outgoing: _Outgoing) -> _Sent | None:
         """Add ``call``'s ready requests to ``outgoing``; None when nothing of it goes to the engine."""
@@ -336,6 +427,10 @@ class RemoteEngineThread(EngineLifecycle):
         if not request_ids:
             return
         with self._lock:
+            if request_ids[0] in self._preparing:  # not sent yet: it will not be
+                self._preparing.discard(request_ids[0])
+                self._note_idle()
+                return
             call_id = self._call_of_first_request.pop(request_ids[0], None)
             if call_id is None or self._pending.pop(call_id, None) is None:
                 return
@@ -349,12 +444,14 @@ class RemoteEngineThread(EngineLifecycle):
             if self.state in (EngineState.LOADING, EngineState.READY, EngineState.CREATED):
                 self.state = EngineState.DRAINING
                 self._reason = "the server is shutting down; retry on another replica"
-            idle = not self._pending
+            idle = not self._pending and not self._preparing
         if not idle:
             self._stopped.wait(timeout)
         with self._lock:
             if self.state != EngineState.FAILED:
                 self.state = EngineState.STOPPED
+        if self._preparing_thread is not None:
+            self._preparing_thread.shutdown(wait=False)
         self._ready.set()
         if all(
             thread.state in (EngineState.STOPPED, EngineState.FAILED)
@@ -384,8 +481,8 @@ class RemoteEngineThread(EngineLifecycle):
         return call
 
     def _note_idle(self) -> None:
-        """(lock held) A draining thread with nothing pending lets ``stop`` return."""
-        if not self._pending and self.state == EngineState.DRAINING:
+        """(lock held) A draining thread with nothing pending or being prepared lets ``stop`` return."""
+        if not self._pending and not self._preparing and self.state == EngineState.DRAINING:
             self._stopped.set()
 
     def update(self, model_state: ModelState) -> None:

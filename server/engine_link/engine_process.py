@@ -1,7 +1,7 @@
 """The engine process of ``wde serve --api-workers N``: the models, the device, the one metrics registry.
 
-    API worker ──PUSH──▶ PULL  (Submit, Abort, Hello, Bye, HttpStats, Scrape: server/engine_link/messages.py)
-    API worker ◀─DEALER── ROUTER (Answers, States, Scraped)
+    API worker ──PUSH──▶ PULL  (Submit, Abort, Hello, Bye, HttpStats, Scrape, Ranges: engine_link/messages.py)
+    API worker ◀─DEALER── ROUTER (Answers, States, Scraped, Ranges)
 
 It runs the same engines as a single-process server (``ModelRegistry`` over ``AsyncLLMEngine``: each
 ``LLMEngine`` on its ``EngineThread``); the workers send requests they validated and tokenized, which go to
@@ -10,7 +10,9 @@ the scheduler as they are (``LLMEngine.add_prepared``). This process's asyncio l
 ("<worker>/<id>"). Every 0.1 s (and at once when it changes) each worker hears every
 model's state, queue counts and running forward time, which its ``/health``, ``/info`` and watchdog read.
 ``/metrics`` is rendered here for every worker: the engines' metrics, and the HTTP metrics the workers
-forward in batches.
+forward in batches. The int8 / uint8 ranges are computed once per server: each model's ``Calibration``
+lives here (computed at load, kept across loads); a worker hears every set kept so far when it says hello
+and each new one as it is computed, here or by another worker (``Ranges``).
 
 Exit status: 0 after SIGTERM (every accepted call answered), 1 when a model fails to load or an engine
 dies (the workers see it in the next state message and stop with 1 as well).
@@ -20,6 +22,7 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+import functools
 import logging
 import queue
 import signal
@@ -43,6 +46,7 @@ from server.engine_link.messages import (
     Hello,
     HttpStats,
     ModelState,
+    Ranges,
     Scrape,
     Scraped,
     States,
@@ -62,6 +66,8 @@ from wde.config import EngineConfig
 from wde.engine_args import EngineArgs
 from wde.entrypoints.async_llm_engine import AsyncLLMEngine
 from wde.entrypoints.engine_thread import Call, EngineState, EngineUnavailableError
+from wde.entrypoints.output_precision import Calibration
+from wde.inputs import PoolingParams
 from wde.request import Request
 
 logger = logging.getLogger("wde.server")
@@ -147,6 +153,13 @@ class EngineServer:
         self._outgoing: queue.SimpleQueue[Outgoing] = queue.SimpleQueue()
         # --max-loaded-models: calls wait for their model's turn (None: every model stays loaded)
         self.turns = ModelTurns(models, self._is_pending, self.failed) if models.takes_turns else None
+        # each model's calibration from the start (an unloaded one's too: a worker may compute its ranges)
+        self.calibrations: list[Calibration] = []
+        for model_index, model in enumerate(models.models):
+            if model.calibration is None:
+                model.calibration = Calibration.from_file(model.engine_args.calibration_file)
+            model.calibration.on_store = functools.partial(self._computed, model_index)
+            self.calibrations.append(model.calibration)
         self.stopping = threading.Event()
         self._receiving = True
         self._last_state = b""
@@ -231,8 +244,15 @@ class EngineServer:
             text = self.metrics.render()
             self._outgoing.put(Message(message.worker.encode(), Scraped(message.scrape_id, text)))
         elif isinstance(message, Hello):
-            self.workers.add(message.worker.encode())
-            self._outgoing.put(Order.STATES)  # the newcomer hears the state at once
+            worker = message.worker.encode()
+            self.workers.add(worker)
+            self._outgoing.put(Order.STATES)  # the newcomer hears the state at once, and the ranges kept
+            for model_index, calibration in enumerate(self.calibrations):
+                for options, ranges in calibration.kept():
+                    self._outgoing.put(Message(worker, Ranges.of("", model_index, options, ranges)))
+        elif isinstance(message, Ranges):  # a worker computed them: keep, and tell the others
+            self.calibrations[message.model].keep(message.options, message.ranges.array())
+            self._outgoing.put(Shared(message))
         elif isinstance(message, Bye):
             self.workers.discard(message.worker.encode())
 
@@ -280,6 +300,10 @@ class EngineServer:
     def _is_pending(self, call: LinkedCall) -> bool:
         return call.key in self.calls
 
+    def _computed(self, model_index: int, options: PoolingParams, ranges: Any) -> None:
+        """A model's calibration computed ranges here (at load, on its engine thread): every worker hears."""
+        self._outgoing.put(Shared(Ranges.of("", model_index, options, ranges)))
+
     # ---- CallSink: the engines' threads --------------------------------------------------------------------
     def finished(self, calls: Sequence[Call]) -> None:
         self._outgoing.put(Finished(calls))
@@ -311,6 +335,11 @@ class EngineServer:
                     self._send_states(force=True)
                 elif isinstance(item, Message):
                     self._answer(item.worker, item.message)
+                elif isinstance(item, Shared):
+                    packed = messages.encode(item.ranges)
+                    for worker in list(self.workers):
+                        if worker != item.ranges.worker.encode():
+                            self._send_packed(worker, packed)
                 elif isinstance(item, Failed):
                     self._add_answer(answers, item.call, None, item.error)
                 elif isinstance(item, Finished):
@@ -334,8 +363,11 @@ class EngineServer:
         answers.setdefault(worker, []).append(answer)
 
     def _answer(self, worker: bytes, message: messages.ToWorker) -> None:
+        self._send_packed(worker, messages.encode(message))
+
+    def _send_packed(self, worker: bytes, packed: bytes) -> None:
         try:
-            self.outbox.send_multipart([worker, messages.encode(message)], flags=zmq.NOBLOCK)
+            self.outbox.send_multipart([worker, packed], flags=zmq.NOBLOCK)
         except zmq.ZMQError:  # the worker is gone (or not connected yet): nobody waits for this
             logger.debug("dropped a message to worker %s", worker)
 
@@ -348,10 +380,7 @@ class EngineServer:
             return
         self._last_state, self._last_state_time = packed, now
         for worker in list(self.workers):
-            try:
-                self.outbox.send_multipart([worker, packed], flags=zmq.NOBLOCK)
-            except zmq.ZMQError:
-                logger.debug("dropped the state message to worker %s", worker)
+            self._send_packed(worker, packed)
 
 
 @dataclasses.dataclass(eq=False)
@@ -379,12 +408,19 @@ class Message:
     message: messages.ToWorker
 
 
+@dataclasses.dataclass(frozen=True)
+class Shared:
+    """Ranges for every worker but the one that computed them."""
+
+    ranges: Ranges
+
+
 class Order(enum.Enum):
     STOP = "stop"  # after a last state message
     STATES = "states"  # the state now, changed or not
 
 
-Outgoing = Finished | Failed | Message | Order  # what the output thread takes
+Outgoing = Finished | Failed | Message | Shared | Order  # what the output thread takes
 
 
 def _model_state(model: ServedModel, turns: bool) -> ModelState:

@@ -2,8 +2,8 @@
 msgpack array tagged with its class name (no field names on the wire), decoded by one typed decoder per
 direction; arrays cross as their raw bytes (``Array``), never as lists, and nothing is pickled.
 
-    API worker ──PUSH──▶ PULL    ToEngine: Hello, Bye, Submit, Abort, HttpStats, Scrape
-    API worker ◀─DEALER── ROUTER ToWorker: Answers, States, Scraped
+    API worker ──PUSH──▶ PULL    ToEngine: Hello, Bye, Submit, Abort, HttpStats, Scrape, Ranges
+    API worker ◀─DEALER── ROUTER ToWorker: Answers, States, Scraped, Ranges
 
 A worker sends the calls an event-loop iteration made, for every model, in one ``Submit``: its requests
 already validated and tokenized (``Prepared``: every request's token ids back to back in one int32 array),
@@ -146,7 +146,22 @@ class Bye(msgspec.Struct, tag=True, array_like=True):
     worker: str
 
 
-ToEngine = Union[Submit, Abort, HttpStats, Scrape, Hello, Bye]  # noqa: UP007 (msgspec reads the Union)
+class Ranges(msgspec.Struct, tag=True, array_like=True):
+    """A model's int8 / uint8 ranges for one option set (``Calibration``), both ways: computed by the engine
+    process at load, or by a worker on a first request with other options; the engine process keeps them
+    and tells every other worker, so that each set is embedded once per server, not once per process."""
+
+    worker: str  # who computed them ("" for the engine process)
+    model: int
+    options: PoolingParams
+    ranges: Array  # float32 [2, dim]
+
+    @classmethod
+    def of(cls, worker: str, model: int, options: PoolingParams, ranges: np.ndarray) -> Ranges:
+        return cls(worker, model, options, Array.of(ranges))
+
+
+ToEngine = Union[Submit, Abort, HttpStats, Scrape, Hello, Bye, Ranges]  # noqa: UP007 (msgspec reads the Union)
 
 
 # ---- engine -> worker ---------------------------------------------------------------------------------
@@ -235,7 +250,7 @@ class Scraped(msgspec.Struct, tag=True, array_like=True):
     text: bytes
 
 
-ToWorker = Union[Answers, States, Scraped]  # noqa: UP007
+ToWorker = Union[Answers, States, Scraped, Ranges]  # noqa: UP007
 
 
 # ---- codecs --------------------------------------------------------------------------------------------

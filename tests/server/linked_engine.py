@@ -16,6 +16,7 @@ from server.engine_link.in_flight import InFlightSlots
 from server.settings import ServerSettings
 from wde import EngineArgs
 from wde.entrypoints.async_llm_engine import AsyncLLMEngine
+from wde.entrypoints.output_precision import Calibration
 
 LINKS: dict[int, EngineLink] = {}  # id(remote engine) -> its link, for the apps made over it
 
@@ -30,6 +31,7 @@ class EngineProcess:
     link: EngineLink
     process: multiprocessing.process.BaseProcess
     slots: InFlightSlots
+    ipc_dir: str  # where its sockets are (another worker's link connects there)
 
 
 @contextmanager
@@ -50,18 +52,16 @@ def engine_process_over(
     )
     process.start()
     alive_write.close()
-    link = EngineLink("test0", ipc_dir, alive_read)
-    engines = [
-        AsyncLLMEngine(args, engine_config=config, thread=link.thread_for(index, config))
-        for index, (args, config) in enumerate(served)
-    ]
+    calibrations = [Calibration.from_file(args.calibration_file) for args, _ in served]
+    link = EngineLink("test0", ipc_dir, alive_read, calibrations=calibrations)
+    engines = [link.engine(index, args, config) for index, (args, config) in enumerate(served)]
     LINKS.update({id(engine): link for engine in engines})
     try:
         for engine in engines:
             engine.start()
         for engine in engines:
             engine.wait_until_ready(timeout=180)
-        yield EngineProcess(link, process, slots), engines
+        yield EngineProcess(link, process, slots, ipc_dir), engines
     finally:
         for engine in engines:
             LINKS.pop(id(engine), None)

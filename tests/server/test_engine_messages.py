@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from server.engine_link import messages
-from server.engine_link.messages import Answer, Answers, Array, CallIn, Error, Prepared, Submit
+from server.engine_link.messages import Answer, Answers, Array, CallIn, Error, Prepared, Ranges, Submit
 from wde.engine.errors import InputTooLongError
 from wde.entrypoints.engine_thread import EngineDeadError
 from wde.inputs import PoolingParams
@@ -90,6 +90,18 @@ def test_a_submit_crosses_with_its_params_and_one_array_of_ids() -> None:
     assert got.calls == submit([PoolingParams(), params]).calls
     assert got.token_ids.array().tolist() == [101, 7, 102, 101, 102]
     assert got.type_ids is not None and got.type_ids.array().dtype == np.int32
+
+
+def test_ranges_cross_both_ways_keyed_by_equal_options() -> None:
+    options = PoolingParams(normalize=True, truncate=True, output="dense", max_input_tokens=8)
+    ranges = np.array([[-0.5, -0.25, 0.0], [0.5, 0.75, 1.0]], dtype=np.float32)
+    data = messages.encode(Ranges.of("w1", 2, options, ranges))
+    for decode in (messages.decode_to_engine, messages.decode_to_worker):
+        got = decode(data)
+        assert isinstance(got, Ranges) and (got.worker, got.model) == ("w1", 2)
+        assert got.options == options and hash(got.options) == hash(options)  # a Calibration's key
+        np.testing.assert_array_equal(got.ranges.array(), ranges)
+        assert got.ranges.array().dtype == np.float32
 
 
 def test_the_wire_is_plain_msgpack_arrays_without_field_names() -> None:

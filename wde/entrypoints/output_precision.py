@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import threading
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -109,9 +110,14 @@ def default_option_sets(model_config: ModelConfig) -> list[PoolingParams]:
     return list(dict.fromkeys(calibration_options(params, model_config) for params in requests))
 
 
+RangesListener = Callable[[PoolingParams, np.ndarray], None]
+
+
 class Calibration:
     """The calibration texts of one engine (``source``: ``--calibration-file``'s path, or ``"bundled"``)
-    and the int8 / uint8 ranges computed from them, one per set of ``calibration_options``."""
+    and the int8 / uint8 ranges computed from them, one per set of ``calibration_options``. ``on_store``
+    hears each set computed here (the server's processes share them: ``server/engine_link``); ranges
+    computed elsewhere are ``keep``-t without telling it."""
 
     def __init__(self, texts: list[str], source: str) -> None:
         if not texts:
@@ -120,6 +126,7 @@ class Calibration:
         self.source = source
         self._ranges: dict[PoolingParams, np.ndarray] = {}
         self._lock = threading.Lock()
+        self.on_store: RangesListener | None = None
 
     @classmethod
     def from_file(cls, path: str | None) -> Calibration:
@@ -143,6 +150,17 @@ class Calibration:
     def store(self, options: PoolingParams, calibration: np.ndarray) -> np.ndarray:
         """Keep the ranges of the texts' embeddings ``[num_texts, dim]`` for ``options``; returns them."""
         ranges = quantization_ranges(calibration)
+        self.keep(options, ranges)
+        if self.on_store is not None:
+            self.on_store(options, ranges)
+        return ranges
+
+    def keep(self, options: PoolingParams, ranges: np.ndarray) -> None:
+        """Keep ``ranges`` ``[2, dim]`` computed elsewhere for ``options`` (same texts, same model)."""
         with self._lock:
             self._ranges[options] = ranges
-        return ranges
+
+    def kept(self) -> list[tuple[PoolingParams, np.ndarray]]:
+        """Every option set's ranges kept so far."""
+        with self._lock:
+            return list(self._ranges.items())
