@@ -225,11 +225,19 @@ def serve(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
         settings.verify()
         settings = dataclasses.replace(settings, batch_dir=str(settings.batch_folder(args.port)))
         all_engine_args = _served_engine_args(args)
-        # each model's config, built once: the registry and its engine take it from here (with API workers,
-        # in a process of its own: the supervisor never imports torch)
-        served = build_configs(
-            all_engine_args, elsewhere=workers_likely(settings.api_workers) and not args.ray
-        )
+    except (ValueError, TypeError, OSError) as e:
+        return _startup_error(str(e))
+    # each model's config, built once: the registry and its engine take it from here (with API workers, the
+    # engine process builds them, started now: the supervisor never imports torch)
+    engine_start = None
+    if workers_likely(settings.api_workers) and not args.ray:
+        try:
+            from server.engine_link.supervisor import EngineStart
+        except ImportError as e:
+            return _startup_error(missing_extra_message(e.name or str(e), "server", "wde serve"))
+        engine_start = EngineStart(all_engine_args, settings, args.log_level)
+    try:
+        served = build_configs(all_engine_args) if engine_start is None else engine_start.configs()
     except (ValueError, TypeError, OSError) as e:
         return _startup_error(str(e))
     # 2. the HTTP server (FastAPI and uvicorn imported only now): binds the port, then loads the model
@@ -253,13 +261,24 @@ def serve(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
         return _startup_error(missing_extra_message(e.name or str(e), "server", "wde serve"))
     # 3. one process, or API workers in front of an engine process (--api-workers)
     num_workers, why = choose_api_workers(settings.api_workers, served)
+    if num_workers == 1 and engine_start is not None:
+        engine_start.end()  # auto chose one process after all (no GPU)
     try:
         if num_workers == 1:
             return serve_http(
                 served, settings, args.host, args.port, args.graceful_timeout, args.log_level, why
             )
+        assert engine_start is not None  # num_workers > 1 only where workers_likely said so
         return serve_with_workers(
-            served, settings, args.host, args.port, args.graceful_timeout, args.log_level, num_workers, why
+            engine_start,
+            served,
+            settings,
+            args.host,
+            args.port,
+            args.graceful_timeout,
+            args.log_level,
+            num_workers,
+            why,
         )
     except StartupError as e:
         return _startup_error(str(e))

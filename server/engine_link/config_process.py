@@ -1,14 +1,12 @@
-"""The served models' configs built in a short-lived process of their own, for ``wde serve --api-workers N``:
-reading a model folder imports torch and the model families (~250 MiB resident), which the supervisor, a
-process that only watches its children, then never holds. A bad flag or model folder raises here as it
-would in this process (the exception crosses back), so ``wde serve`` still refuses it in one line before
-anything binds or loads."""
+"""The served models' configs and how many API workers serve them. With API workers the engine process builds
+the configs (``supervisor.EngineStart``): reading a model folder imports torch and the model families
+(~250 MiB resident), which the supervisor, a process that only watches its children, then never holds; a
+bad flag or model folder raises there and crosses back, so ``wde serve`` still refuses it in one line
+before anything binds or loads."""
 
 from __future__ import annotations
 
-import multiprocessing
 from collections.abc import Sequence
-from concurrent.futures import ProcessPoolExecutor
 
 from wde.config import EngineConfig
 from wde.engine_args import EngineArgs
@@ -27,21 +25,18 @@ def auto_api_workers(num_cores: int, on_gpu: bool) -> tuple[int, str]:
 def workers_likely(api_workers: int | str) -> bool:
     """Whether the server may run API workers, before the configs say whether the device is a GPU: auto's
     choice on a GPU machine, the larger of its two."""
+    return max_api_workers(api_workers) > 1
+
+
+def max_api_workers(api_workers: int | str) -> int:
+    """The most workers ``--api-workers`` may start (the admission slots are made before the configs say
+    whether the device is a GPU): the number given, or auto's larger choice."""
     if api_workers == "auto":
-        return auto_api_workers(usable_cores(), on_gpu=True)[0] > 1
-    return int(api_workers) > 1
+        return auto_api_workers(usable_cores(), on_gpu=True)[0]
+    return int(api_workers)
 
 
-def build_configs(
-    all_engine_args: Sequence[EngineArgs], elsewhere: bool
-) -> list[tuple[EngineArgs, EngineConfig]]:
-    """Each model's engine config (``elsewhere``: in a spawned process, which ends when they are built)."""
-    if not elsewhere:
-        return [(engine_args, engine_args.create_engine_config()) for engine_args in all_engine_args]
-    with ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn")) as pool:
-        configs = pool.submit(_create_configs, list(all_engine_args)).result()
-    return list(zip(all_engine_args, configs, strict=True))
-
-
-def _create_configs(all_engine_args: list[EngineArgs]) -> list[EngineConfig]:
-    return [engine_args.create_engine_config() for engine_args in all_engine_args]
+def build_configs(all_engine_args: Sequence[EngineArgs]) -> list[tuple[EngineArgs, EngineConfig]]:
+    """Each model's engine config, built here (with API workers, the engine process builds them:
+    ``supervisor.EngineStart``)."""
+    return [(engine_args, engine_args.create_engine_config()) for engine_args in all_engine_args]

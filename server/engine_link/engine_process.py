@@ -24,6 +24,7 @@ import dataclasses
 import enum
 import functools
 import logging
+import pickle
 import queue
 import signal
 import threading
@@ -36,6 +37,7 @@ import zmq
 
 from server.draining_server import log_ready
 from server.engine_link import messages
+from server.engine_link.config_process import build_configs
 from server.engine_link.in_flight import InFlightSlots
 from server.engine_link.messages import (
     Abort,
@@ -92,15 +94,63 @@ def main(
     parent_pid: int | None = None,
     ready: Any = None,
 ) -> None:
-    """The engine process's entry point (``multiprocessing`` spawn target); exits with its status.
-    ``alive``: the write end of a pipe the workers watch, held open (never written) while this lives;
-    ``ready``: an event (the supervisor's ``multiprocessing.Event``) set once every model is ready."""
+    """The engine process's entry point over configs already built (``multiprocessing`` spawn target);
+    exits with its status. ``alive``: the write end of a pipe the workers watch, held open (never written)
+    while this lives; ``ready``: an event (the supervisor's ``multiprocessing.Event``) set once every model
+    is ready."""
+    _set_up(log_level, parent_pid)
+    _serve(served, settings, ipc_dir, slots, alive, url, parent_pid, ready)
+
+
+def main_reading_configs(
+    all_engine_args: Sequence[EngineArgs],
+    settings: ServerSettings,
+    ipc_dir: str,
+    log_level: str,
+    slots: InFlightSlots,
+    alive: Connection,
+    orders: Connection,
+    parent_pid: int | None = None,
+    ready: Any = None,
+) -> None:
+    """``wde serve --api-workers``'s engine process (``supervisor.EngineStart``): it reads the models'
+    configs first and sends them to the supervisor over ``orders`` (or the exception that refused one),
+    then waits for its word: the URL to serve at, or None (the server runs in one process after all)."""
+    _set_up(log_level, parent_pid)
+    try:
+        served = build_configs(all_engine_args)
+    except Exception as e:  # a bad flag or model folder: the supervisor refuses it in one line
+        orders.send(("error", _picklable(e)))
+        return
+    orders.send(("configs", [config for _, config in served]))
+    try:
+        url = orders.recv()
+    except EOFError:  # the supervisor is gone
+        url = None
+    if url is not None:
+        _serve(served, settings, ipc_dir, slots, alive, url, parent_pid, ready)
+
+
+def _set_up(log_level: str, parent_pid: int | None) -> None:
+    """As ``wde serve`` sets itself up, before torch loads (server/cli.py's step 1)."""
     name_process("engine")
     limit_malloc_arenas()
     bound_openmp_spin()
     configure_logging(log_level)
     if parent_pid is not None:
         end_with_parent(parent_pid)
+
+
+def _serve(
+    served: Sequence[tuple[EngineArgs, EngineConfig]],
+    settings: ServerSettings,
+    ipc_dir: str,
+    slots: InFlightSlots,
+    alive: Connection,
+    url: str,
+    parent_pid: int | None,
+    ready: Any,
+) -> None:
     # the result cache lives in the workers, beside the plans that consult it
     served = [(dataclasses.replace(args, cache_size=0), config) for args, config in served]
     models = ModelRegistry.from_configs(
@@ -116,6 +166,15 @@ def main(
     status = server.run()
     alive.close()
     raise SystemExit(status)
+
+
+def _picklable(error: Exception) -> Exception:
+    """``error`` when it crosses a pipe as it is, else a RuntimeError with its text."""
+    try:
+        pickle.dumps(error)
+    except Exception:
+        return RuntimeError(f"{type(error).__name__}: {error}")
+    return error
 
 
 class EngineServer:

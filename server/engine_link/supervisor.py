@@ -13,6 +13,7 @@ one line; a worker that dies is replaced, and the other workers' requests never 
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import multiprocessing
 import os
@@ -26,7 +27,7 @@ from types import FrameType
 from typing import Any
 
 from server.engine_link import api_worker, engine_process
-from server.engine_link.config_process import auto_api_workers
+from server.engine_link.config_process import auto_api_workers, max_api_workers
 from server.engine_link.in_flight import InFlightSlots
 from server.listener import StartupError, bind_listener, url_of
 from server.model_registry import ModelRegistry
@@ -54,7 +55,79 @@ def choose_api_workers(
     return auto_api_workers(usable_cores(), on_gpu)
 
 
+class EngineStart:
+    """The engine process of ``--api-workers``, started before the port is bound: it reads the models'
+    configs first (reading a model folder imports torch and the families, which this process never holds)
+    and sends them here, then waits for the word: serve at a URL, or end (the server runs in one process
+    after all). What its children share is made before it starts (a spawned process inherits them): the
+    link's folder, the admission slots (as many as the workers may be), the pipe the workers watch, the
+    ready event."""
+
+    def __init__(
+        self, all_engine_args: Sequence[EngineArgs], settings: ServerSettings, log_level: str
+    ) -> None:
+        self.context = multiprocessing.get_context("spawn")  # no fork of a process that may hold threads
+        self.all_engine_args = list(all_engine_args)
+        self.ipc_dir = tempfile.mkdtemp(prefix="wde-link-")
+        self.slots = InFlightSlots(max_api_workers(settings.api_workers), self.context)
+        self.alive, alive_write = self.context.Pipe(duplex=False)
+        self.ready = self.context.Event()  # set by the engine process once every model is ready
+        self._orders, orders = self.context.Pipe()
+        self.process = self.context.Process(
+            target=engine_process.main_reading_configs,
+            args=(
+                self.all_engine_args,
+                settings,
+                self.ipc_dir,
+                log_level,
+                self.slots,
+                alive_write,
+                orders,
+                os.getpid(),
+                self.ready,
+            ),
+            name="wde-engine",
+        )
+        self.process.start()
+        alive_write.close()  # its end is the workers' EOF: only the engine process holds it
+        orders.close()
+
+    def configs(self) -> list[tuple[EngineArgs, EngineConfig]]:
+        """Each model's config, as the engine process read it; raises what refused one (the process ends)."""
+        try:
+            kind, value = self._orders.recv()
+        except EOFError:
+            self.process.join()
+            self.remove_folder()
+            raise RuntimeError(
+                f"the engine process ended (exit {self.process.exitcode}) while reading the models' configs"
+            ) from None
+        if kind == "error":
+            self.end()
+            raise value
+        return list(zip(self.all_engine_args, value, strict=True))
+
+    def serve(self, url: str) -> None:
+        """The engine process loads its models and serves the workers."""
+        self._orders.send(url)
+
+    def end(self) -> None:
+        """The engine process is not needed (a refused start, or one process serves): it ends."""
+        if self.process.is_alive():
+            with contextlib.suppress(OSError):
+                self._orders.send(None)
+            self.process.join(ENGINE_STOP_SECONDS)
+            if self.process.is_alive():
+                self.process.kill()
+                self.process.join()
+        self.remove_folder()
+
+    def remove_folder(self) -> None:
+        shutil.rmtree(self.ipc_dir, ignore_errors=True)
+
+
 def serve_with_workers(
+    engine: EngineStart,
     served: Sequence[tuple[EngineArgs, EngineConfig]],
     settings: ServerSettings,
     host: str,
@@ -64,72 +137,58 @@ def serve_with_workers(
     num_workers: int,
     reason: str = "--api-workers",
 ) -> int:
+    """``engine``: started, its configs read (``served``)."""
     # 1. what a single-process server checks first: names and memory, then the port
     try:
         ModelRegistry.from_configs(
             served, settings.max_loaded_models, strict_names=settings.strict_model_name
         )
-    except ValueError as e:
+        sock = bind_listener(host, port)
+    except (ValueError, StartupError) as e:
+        engine.end()
         raise StartupError(str(e)) from e
-    sock = bind_listener(host, port)
     name_process("supervisor")
-    ipc_dir = tempfile.mkdtemp(prefix="wde-link-")
     try:
-        supervisor = Supervisor(served, settings, sock, ipc_dir, log_level, graceful_timeout, num_workers)
+        supervisor = Supervisor(engine, served, settings, sock, log_level, graceful_timeout, num_workers)
         return supervisor.run(reason)
     finally:
         sock.close()
-        shutil.rmtree(ipc_dir, ignore_errors=True)
+        engine.remove_folder()
 
 
 class Supervisor:
     def __init__(
         self,
+        engine: EngineStart,
         served: Sequence[tuple[EngineArgs, EngineConfig]],
         settings: ServerSettings,
         sock: Any,
-        ipc_dir: str,
         log_level: str,
         graceful_timeout: float,
         num_workers: int,
     ) -> None:
-        self.context = multiprocessing.get_context("spawn")  # no fork of a process that may hold threads
+        self.context = engine.context
+        self.engine = engine.process
+        self.engine_start = engine
         self.served = list(served)
         self.settings = settings
         self.sock = sock
-        self.ipc_dir = ipc_dir
+        self.ipc_dir = engine.ipc_dir
         self.log_level = log_level
         self.graceful_timeout = graceful_timeout
         self.num_workers = num_workers
-        self.slots = InFlightSlots(num_workers, self.context)
+        self.slots = engine.slots
+        self.alive = engine.alive  # the workers' end of the pipe only the engine process holds
+        self.engine_ready = engine.ready
         self.workers: dict[int, Any] = {}
         self.generation = 0
         self.restarts: list[float] = []
         self.stop_signal: int | None = None
 
     def run(self, reason: str) -> int:
-        # 1. the engine process; the pipe's write end lives only there, so its end is the workers' EOF
-        alive_read, alive_write = self.context.Pipe(duplex=False)
-        self.alive = alive_read
-        self.engine_ready = self.context.Event()  # set by the engine process once every model is ready
-        self.engine = self.context.Process(
-            target=engine_process.main,
-            args=(
-                self.served,
-                self.settings,
-                self.ipc_dir,
-                self.log_level,
-                self.slots,
-                alive_write,
-                url_of(self.sock),
-                os.getpid(),
-                self.engine_ready,
-            ),
-            name="wde-engine",
-        )
+        # 1. the engine process (started, its configs read) loads the models
         self._install_signals()
-        self.engine.start()
-        alive_write.close()
+        self.engine_start.serve(url_of(self.sock))
         # 2. the workers
         names = ", ".join(args.model or "the bundled model" for args, _ in self.served)
         logger.info(
