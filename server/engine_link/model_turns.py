@@ -69,8 +69,12 @@ class ModelTurns:
 
     async def _turn(self, model_index: int, call: LinkedCall) -> None:
         model = self.models.models[model_index]
-        released = self.loop.create_future()
-        call.release = lambda: self.loop.call_soon_threadsafe(_set_done, released)
+        released: asyncio.Future[None] = self.loop.create_future()
+
+        def release() -> None:  # any thread: the call was answered or aborted
+            self.loop.call_soon_threadsafe(_set_done, released)
+
+        call.release = release
         try:
             async with self.models.hold(model):
                 if not self.is_pending(call):
