@@ -1,12 +1,14 @@
-"""``create_app(engine, settings)``: the FastAPI application over an ``AsyncLLMEngine``.
+"""``create_app(models, settings)``: the FastAPI application over the served models' ``AsyncLLMEngine``s.
 
 Adding a route group (the rerank routes ``/rerank``, ``/v1/rerank``, ``/v2/rerank`` come this way):
   1. request / response models in ``server/protocol.py`` (requests subclass ``RequestModel``, so unknown
      fields are ignored and named in a response header, or 422 under --strict-request-fields; inputs reuse
      ``parse_inputs`` or their own validator);
   2. ``server/routes/rerank.py`` with ``router = APIRouter()``; a handler takes its request model and the
-     ``Request``, calls ``state = get_state(request)``, ``state.check_num_inputs(...)``,
-     ``await state.engine.score(...)`` and returns ``ORJSONResponse(...)``;
+     ``Request``, calls ``state = get_state(request)``, ``state.check_num_inputs(...)``, holds the model
+     the request names (``async with state.models.use(body.model, SCORE) as model:``, which loads it when
+     --max-loaded-models unloaded it, and routes by task), ``await held_engine(model).rerank(...)``, and
+     returns ``ORJSONResponse(...)``;
   3. the module added to ``ROUTE_MODULES`` below.
 Handlers only raise; a new exception type gets its status in ``server/errors.py``'s ``ERROR_TABLE`` (and
 in ``TEI_ERROR_TABLE`` / ``COHERE_ERROR_TABLE`` where TEI / Cohere answer it differently; ``server/doors.py``

@@ -35,7 +35,6 @@ from typing import Any
 
 import zmq
 
-from server.draining_server import log_ready
 from server.engine_link import messages
 from server.engine_link.config_process import build_configs
 from server.engine_link.in_flight import InFlightSlots
@@ -62,6 +61,7 @@ from server.metrics import ServerMetrics
 from server.model_registry import ModelRegistry, ServedModel
 from server.openmp_spin import bound_openmp_spin
 from server.process_cpu import name_process
+from server.ready_line import log_ready
 from server.settings import ServerSettings
 from server.swap_policy import SwapTiming
 from wde.config import EngineConfig

@@ -20,9 +20,9 @@ from collections.abc import Iterator
 from typing import Any
 
 from wde.bulk.fingerprint import EncodeOptions
+from wde.bulk.part_sink import PartSink
 from wde.bulk.ray import WdeEmbedder
 from wde.bulk.readers import InputSpec, read_chunks
-from wde.bulk.runner import PartSink
 from wde.engine_args import EngineArgs
 from wde.extras import require
 

@@ -14,10 +14,11 @@ import numpy as np
 
 from wde.bulk.fingerprint import EncodeOptions, fingerprint, fingerprint_settings
 from wde.bulk.output_dir import OutputDir
+from wde.bulk.part_sink import PartSink
 from wde.bulk.progress import Progress
 from wde.bulk.ray import dense_embedding
 from wde.bulk.readers import InputSpec, count_records, read_chunks
-from wde.bulk.record_digest import check_parts_unchanged, part_digest
+from wde.bulk.record_digest import check_parts_unchanged
 from wde.config import ModelConfig
 from wde.engine_args import EngineArgs
 from wde.entrypoints.llm import LLM
@@ -68,25 +69,6 @@ class BulkResult:
     @property
     def tokens_per_second(self) -> float:
         return self.num_tokens / max(self.seconds, 1e-9)
-
-
-class PartSink:
-    """Where embedded chunks go: one part file each, a log line, the progress bar."""
-
-    def __init__(self, out: OutputDir, progress: Progress) -> None:
-        self.out = out
-        self.progress = progress
-        self.num_parts = 0
-
-    def begin(self, num_texts: int, first_id: Any) -> None:
-        self.out.journal.record("begin", num_texts=num_texts, first_id=_json_id(first_id))
-
-    def write(self, ids: Any, texts: Any, embeddings: np.ndarray, num_tokens: np.ndarray) -> None:
-        name = self.out.parts.write(ids, embeddings, num_tokens, part_digest(ids, texts))
-        num_chunk_tokens = int(np.sum(num_tokens))
-        self.out.journal.record("part", part=name, num_texts=len(ids), num_tokens=num_chunk_tokens)
-        self.num_parts += 1
-        self.progress.update(len(ids), num_chunk_tokens)
 
 
 def embed(
@@ -232,7 +214,3 @@ def _check_dense_embedder(model_config: ModelConfig) -> None:
             f"({model_config.architecture}, task {model_config.task!r}) serves {served}; pass an embedding "
             "model (--model DIR)"
         )
-
-
-def _json_id(value: Any) -> Any:
-    return value.item() if isinstance(value, np.generic) else value

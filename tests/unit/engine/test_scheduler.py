@@ -39,11 +39,15 @@ def test_batches_respect_token_and_seq_budgets(make_scheduler: SchedulerFactory)
             request = text_request(f"r{i}", rng.randint(0, 25))
             lengths[request.request_id] = len(request.text.split()) + 2
             scheduler.add_request(request)
-        for batch in drain(scheduler):
+        batches = drain(scheduler)
+        for batch in batches:
             sizes = [lengths[rid] for rid in batch]
             cost = max(sizes) * len(sizes) if is_padded else sum(sizes)
             assert 1 <= len(batch) <= 5
             assert cost <= 64, (is_padded, sizes)
+        # every request ran, once
+        ran = [rid for batch in batches for rid in batch]
+        assert sorted(ran) == sorted(lengths) and len(ran) == len(set(ran)) == 200
 
 
 def test_padded_backend_is_charged_max_len_times_num_seqs() -> None:
