@@ -368,12 +368,8 @@ def _issue_36_lines(table: ModelTable, ours: list[Row], peak: float | None) -> l
 def server_lines(queries: list[str], args: argparse.Namespace, budget: Budget) -> list[str]:
     """wde serve (bundled model, the first dtype): one text per request at concurrency 64 and 256, then 32
     texts per request at 64; the load from ``--client-processes`` processes."""
-    from benchmarks.server_load import (
-        WARMUP_REQUESTS,
-        drive_in_processes,
-        in_process_texts_per_s,
-        served,
-    )
+    from benchmarks.http_load import drive_in_processes
+    from benchmarks.server_load import WARMUP_REQUESTS, in_process_texts_per_s, served
 
     dtype = args.dtypes[0]
     num_processes = args.client_processes or max(1, min(4, (os.cpu_count() or 1) // 4))

@@ -38,8 +38,8 @@ from pathlib import Path
 
 from benchmarks.cpu_info import cpu_flags, cpu_model, isa_flags
 from benchmarks.dataset import load_texts, shared_data_path
+from benchmarks.http_load import drive
 from benchmarks.request_cost import REPO_ROOT, baseline_tree, load_average, started
-from benchmarks.server_load import drive
 
 # wrk's request generator: the slice's bodies in turn, one text per POST /embed (WRK_BODIES: one per line);
 # at the end it prints the mean latency (microseconds) and the failures

@@ -31,7 +31,7 @@ from typing import Any
 
 from benchmarks.cpu_info import cpu_flags, cpu_model, isa_flags
 from benchmarks.dataset import load_texts, shared_data_path
-from benchmarks.server_load import drive
+from benchmarks.http_load import drive
 from benchmarks.subprocess_server import free_port, serving
 
 STARTUP_TIMEOUT_S = 180.0

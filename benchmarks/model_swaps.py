@@ -26,7 +26,8 @@ import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
 from benchmarks.dataset import load_texts, shared_data_path
-from benchmarks.server_load import STARTUP_TIMEOUT_S, LoadResult, drive
+from benchmarks.http_load import LoadResult, drive
+from benchmarks.server_load import STARTUP_TIMEOUT_S
 from benchmarks.subprocess_server import free_port, serving
 from server.swap_policy import SwapTiming
 

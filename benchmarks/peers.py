@@ -32,6 +32,7 @@ from typing import Any
 
 import numpy as np
 
+from benchmarks.http_load import drive
 from benchmarks.subprocess_server import free_port, serving
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -181,8 +182,6 @@ def infinity_body(item: str | list[str]) -> dict[str, Any]:
 
 
 def _time_http(url: str, items: list[Any], concurrency: int, repeats: int) -> list[float]:
-    from benchmarks.server_load import drive
-
     seconds = []
     for repeat in range(repeats + 1):  # the first pass warms up and is not kept
         result = asyncio.run(drive(url, items, concurrency, path="/embeddings", body=infinity_body))

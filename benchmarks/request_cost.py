@@ -36,7 +36,7 @@ import httpx
 
 from benchmarks.cpu_info import cpu_flags, cpu_model, isa_flags
 from benchmarks.dataset import load_texts, shared_data_path
-from benchmarks.server_load import drive
+from benchmarks.http_load import drive
 from benchmarks.subprocess_server import free_port, serving
 
 REPO_ROOT = Path(__file__).resolve().parent.parent

@@ -35,7 +35,7 @@ import numpy as np
 
 from benchmarks.cpu_info import cpu_flags, cpu_model, isa_flags
 from benchmarks.dataset import load_texts, shared_data_path
-from benchmarks.server_load import drive_in_processes
+from benchmarks.http_load import drive_in_processes
 from benchmarks.subprocess_server import free_port, serving
 from server.process_cpu import cpu_seconds_of
 

@@ -8,7 +8,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from benchmarks.server_load import drive, texts_with_words
+from benchmarks.http_load import drive
+from benchmarks.server_load import texts_with_words
 from server.settings import ServerSettings
 from tests.server.conftest import LiveServer, live_uvicorn
 from wde.entrypoints.async_llm_engine import AsyncLLMEngine
