@@ -6,7 +6,7 @@
 One ``wde serve`` (bundled all-MiniLM-L6-v2, float32) and an ``LLM`` in this process, both loaded the
 whole run. Each pair runs one slice of texts (``--slice`` of ../shared/data/queries.jsonl) both ways:
 ``LLM.encode`` of the slice at once (texts/s), and one text per request at ``--concurrency`` 32 through
-the server (requests/s, the load generator of ``benchmarks/server_load.py``); the pair's ratio is HTTP /
+the server (requests/s, the load generator of ``benchmarks/http_load.py``); the pair's ratio is HTTP /
 in process. The two halves of a pair run back to back, in alternating order (ABBA), so the machine's
 drift (20-30% over minutes on the shared 2-core machines) cancels within a pair instead of landing between
 two long runs; the median and quartiles of the pairs' ratios are printed. ``--baseline-ref`` serves a git

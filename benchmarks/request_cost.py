@@ -12,7 +12,7 @@ cost). The event loop thread's own CPU (``/proc/<pid>/task/<pid>/stat``) is show
 work proper. ``--baseline-ref`` serves the same rows from a git worktree of that ref too, interleaved with
 the current tree's (row by row, repeat by repeat), and prints after / before ratios of medians.
 
-The load generator (aiohttp, ``benchmarks/server_load.py``) shares the machine: on 2 cores its CPU competes
+The load generator (aiohttp, ``benchmarks/http_load.py``) shares the machine: on 2 cores its CPU competes
 with the server's, which lowers requests/s but not the server's CPU-ms per request.
 """
 
