@@ -26,7 +26,8 @@ from wde.outputs import RequestOutput
 
 MIB = 2**20
 # The ordered dict's node and table slot, the entry tuple and the key tuple, per entry (measured on
-# CPython 3.11 with tracemalloc: tests/engine/test_result_cache.py checks the sum stays above the truth).
+# CPython 3.11 with tracemalloc: tests/entrypoints/test_llm_result_cache.py checks the sum stays above the
+# truth).
 ENTRY_OVERHEAD_BYTES = 256
 
 
