@@ -10,11 +10,12 @@ Adding a route group (the rerank routes ``/rerank``, ``/v1/rerank``, ``/v2/reran
      --max-loaded-models unloaded it, and routes by task), ``await held_engine(model).rerank(...)``, and
      returns ``ORJSONResponse(...)``;
   3. the module added to ``ROUTE_MODULES`` below.
-Handlers only raise; a new exception type gets its status in ``server/errors.py``'s ``ERROR_TABLE`` (and
-in ``TEI_ERROR_TABLE`` / ``COHERE_ERROR_TABLE`` where TEI / Cohere answer it differently; ``server/doors.py``
-says which routes are TEI's and Cohere's: ``/v1/*`` paths get OpenAI's error shape and statuses
-automatically). Auth, admission (429/503), the payload limit (413), metrics by route and the abort of a
-disconnected client's requests apply without any change (``server/middleware/request_pipeline.py``).
+Handlers only raise; a new exception type (``server/errors.py``) gets its status in
+``server/error_answers.py``'s ``ERROR_TABLE`` (and in ``TEI_ERROR_TABLE`` / ``COHERE_ERROR_TABLE`` where TEI /
+Cohere answer it differently; ``server/doors.py`` says which routes are TEI's and Cohere's: ``/v1/*`` paths
+get OpenAI's error shape and statuses automatically). Auth, admission (429/503), the payload limit (413),
+metrics by route and the abort of a disconnected client's requests apply without any change
+(``server/middleware/request_pipeline.py``).
 """
 
 from __future__ import annotations
@@ -35,7 +36,7 @@ from server.batches.service import BatchService
 from server.direct_routes import DirectRoutes
 from server.engine_link.batch_link import BatchLink
 from server.engine_link.in_flight import InFlightSlots
-from server.errors import install_error_handlers
+from server.error_answers import install_error_handlers
 from server.middleware.request_pipeline import RequestPipeline
 from server.model_registry import ModelRegistry
 from server.openapi import install_openapi

@@ -3,7 +3,7 @@ and Infinity's routes, which answer OpenAI's error shape too), or Cohere's (its 
 SDKs alone call: Cohere's ``{"id", "message"}`` and the statuses Cohere documents).
 
 The door decides an error's body shape and, for the few errors whose status the peers disagree on, its
-status (``server/errors.py``): TEI's router answers each of its ``ErrorType`` with one status
+status (``server/error_answers.py``): TEI's router answers each of its ``ErrorType`` with one status
 (``router/src/http/server.rs``: Validation 413, Backend 424, Empty 400, Tokenizer 422, Overloaded 429,
 Unhealthy 503), so on TEI's routes an over-long input with truncation off is 413 and a route the model does
 not serve 424, where OpenAI's convention (and vLLM's, Cohere's) is 400 ``invalid_request_error``. Cohere

@@ -21,7 +21,8 @@ from typing import Any
 from uvicorn.protocols.http.httptools_impl import STATUS_LINE, HttpToolsProtocol
 
 from server.coalescing_transport import CoalescingTransport
-from server.errors import HeadersTooLargeError, RequestTimeoutError, error_response
+from server.error_answers import error_response
+from server.errors import HeadersTooLargeError, RequestTimeoutError
 from server.lingering_transport import LingeringTransport
 
 

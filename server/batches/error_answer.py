@@ -1,6 +1,6 @@
 """``error_answer``: a 404 / 409 in OpenAI's error shape, for ids the Batch API does not know.
 
-(``server/errors.py``'s table maps exception types to statuses; these answers carry the object kind
+(``server/error_answers.py``'s table maps exception types to statuses; these answers carry the object kind
 and id in their message, and are returned by the handlers of ``/v1/files`` and ``/v1/batches``.)
 """
 

@@ -18,7 +18,8 @@ from starlette.routing import Match
 from starlette.types import Message, Receive, Scope, Send
 
 from server.engine_link.batch_link import BATCH_OWNER
-from server.errors import BatchOwnerUnavailableError, error_response
+from server.error_answers import error_response
+from server.errors import BatchOwnerUnavailableError
 from server.routes import batches, files
 
 logger = logging.getLogger("wde.server")

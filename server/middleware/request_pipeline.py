@@ -42,13 +42,13 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from server.access_log import MAX_ERROR_BODY_BYTES, log_access
 from server.app_state import AppState
 from server.direct_routes import DirectRoutes, replayed_body
+from server.error_answers import error_response
 from server.errors import (
     OverloadedError,
     PayloadTooLargeError,
     RequestTimeoutError,
     ServerDrainingError,
     UnauthorizedError,
-    error_response,
 )
 from server.ignored_fields import HEADER, IgnoredFields, current_ignored_fields
 from server.reached_model import CURRENT_REACHED_MODEL, ReachedModel

@@ -32,9 +32,10 @@ UNAVAILABLE = (
     "unavailable",
     "no replica can take the request now (the application is starting, restarting or stopping); retry later",
 )
-# Ray's status -> (our status, TEI error_type, OpenAI type, OpenAI code, what to do), as server/errors.py's
-# table. Ray answers 404 when no application routes the path: under --route-prefix / that only happens
-# while the application is deployed or deleted (the app answers its own unknown paths), so it is a 503.
+# Ray's status -> (our status, TEI error_type, OpenAI type, OpenAI code, what to do), as
+# server/error_answers.py's table. Ray answers 404 when no application routes the path: under --route-prefix /
+# that only happens while the application is deployed or deleted (the app answers its own unknown paths), so
+# it is a 503.
 REWRITTEN: dict[int, tuple[int, str, str, str, str]] = {
     429: (
         429,

@@ -10,7 +10,8 @@ from fastapi import APIRouter, FastAPI, HTTPException, Request
 from starlette.types import Receive, Scope, Send
 
 from server.direct_routes import DirectRoutes
-from server.errors import TooManyInputsError, install_error_handlers
+from server.error_answers import install_error_handlers
+from server.errors import TooManyInputsError
 from server.json_body_route import JsonBodyRoute
 from server.protocol import EmbedRequest
 from server.responses import ORJSONResponse

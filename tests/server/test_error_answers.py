@@ -1,6 +1,6 @@
 """A 500 tells the client what failed and a request id, never the exception (internals); the exception
-goes to the log once, under that id: one server.errors record, and no second traceback from the server for
-an unexpected exception."""
+goes to the log once, under that id: one server.error_answers record, and no second traceback from the
+server for an unexpected exception."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import httpx
 import pytest
 
 from server.app import create_app
-from server.errors import install_error_handlers
+from server.error_answers import install_error_handlers
 from tests.poisoned_forward import MARKER, PoisonedForward
 from tests.server.conftest import asgi_client
 from wde import EngineArgs
@@ -40,7 +40,7 @@ def poisoned_engine() -> Iterator[AsyncLLMEngine]:
 async def test_a_failed_forward_says_so_with_a_request_id_and_logs_the_error_once(
     poisoned_engine: AsyncLLMEngine, caplog: pytest.LogCaptureFixture
 ) -> None:
-    caplog.set_level(logging.ERROR, logger="server.errors")
+    caplog.set_level(logging.ERROR, logger="server.error_answers")
     async with asgi_client(poisoned_engine, access_log=False) as (client, _):
         tei = await client.post("/embed", json={"inputs": ["fine", f"the {MARKER} input"]})
         openai = await client.post("/v1/embeddings", json={"input": [MARKER, "fine"]})
@@ -52,7 +52,7 @@ async def test_a_failed_forward_says_so_with_a_request_id_and_logs_the_error_onc
         assert match is not None and response.headers["x-request-id"] == match.group(1), message
     assert tei.json()["error"].startswith("inputs[1]: the forward pass failed for this input (request id")
     assert openai.json()["error"]["message"].startswith("input[0]: the forward pass failed for this input")
-    records = [record for record in caplog.records if record.name == "server.errors"]
+    records = [record for record in caplog.records if record.name == "server.error_answers"]
     assert len(records) == 2  # one per 500
     for record, response in zip(records, (tei, openai), strict=True):
         line = record.getMessage()
@@ -75,7 +75,7 @@ async def test_an_unexpected_exception_is_a_plain_500_logged_once(caplog: pytest
         response = await client.get("/boom")
     assert response.status_code == 500 and "secret" not in response.text
     assert response.json()["error"].startswith("internal server error (request id req_")
-    records = [record for record in caplog.records if record.name == "server.errors"]
+    records = [record for record in caplog.records if record.name == "server.error_answers"]
     assert len(records) == 1 and "secret internal detail" in records[0].getMessage()
     assert records[0].exc_info is not None  # the traceback, in that one record
     # Starlette re-raised it for the server, which logs it again through uvicorn.error: dropped

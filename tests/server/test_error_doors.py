@@ -11,7 +11,7 @@ import pytest
 from fastapi.exceptions import RequestValidationError
 
 from server.doors import Door, door_of
-from server.errors import error_kind
+from server.error_answers import error_kind
 from tests.server.conftest import asgi_client
 from wde.engine.errors import InputTooLongError, OutputNotSupportedError, TaskNotSupportedError
 from wde.entrypoints.async_llm_engine import AsyncLLMEngine

@@ -12,7 +12,7 @@ import pytest
 from fastapi import APIRouter, FastAPI, Request
 
 from server import json_body_route
-from server.errors import install_error_handlers
+from server.error_answers import install_error_handlers
 from server.json_body_route import JsonBodyRoute, _fast_shape
 from server.protocol import EmbeddingRequest, EmbedRequest
 from server.responses import ORJSONResponse
