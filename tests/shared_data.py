@@ -2,8 +2,9 @@
 
 It sits beside the repository in ``../shared/data`` on our machines, or wherever ``$WDE_SHARED_DATA`` points;
 a user's clone has neither. A test that reads it carries the ``shared_data`` marker and skips with one line
-naming the missing file; reading it from an unmarked test is an error, so that ``pytest -m shared_data``
-with the data moved away (tests/unit/test_fresh_clone.py) checks every such test."""
+naming the missing folder (before its fixtures) or file; reading it from an unmarked test is an error, so
+that ``pytest -m shared_data`` with the data moved away (tests/unit/test_fresh_clone.py) checks every such
+test."""
 
 from __future__ import annotations
 
@@ -18,6 +19,13 @@ from benchmarks.dataset import SHARED_DATA, SHARED_DATA_ENV  # where the benchma
 MARKER = "shared_data"
 # The test being set up or run, set by tests/conftest.py before its fixtures (session fixtures included).
 current_item: pytest.Item | None = None
+
+
+def skip_without_the_set() -> None:
+    """Skip a marked test before its fixtures build anything (models, servers) when the whole set is absent,
+    as in a user's clone: one line naming the folder looked for."""
+    if not SHARED_DATA.is_dir():
+        pytest.skip(f"{SHARED_DATA} not found (the shared data set; set {SHARED_DATA_ENV} to its folder)")
 
 
 def shared_data_file(name: str) -> Path:
