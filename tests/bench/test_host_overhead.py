@@ -21,7 +21,8 @@ def test_rows_are_printed_as_measured(tmp_path: Path, capsys: pytest.CaptureFixt
     out = capsys.readouterr().out
     rows = {
         match[1].strip(): float(match[2].replace(",", ""))
-        for match in re.finditer(r"^\| ([^|]+) \| ([\d,.]+) \| [\d,]+ \|$", out, re.MULTILINE)
+        # a difference of two timings (host work beside the forward) may print below zero on a busy machine
+        for match in re.finditer(r"^\| ([^|]+) \| (-?[\d,.]+) \| -?[\d,]+ \|$", out, re.MULTILINE)
     }
     assert set(rows) == {
         host_overhead.TOKENIZER_ROW,
