@@ -33,7 +33,7 @@ from server.responses import ORJSONResponse
 from server.routes import held_engine
 from wde.config import ModelConfig
 from wde.engine.errors import InputTooLongError
-from wde.inputs import PoolingParams
+from wde.entrypoints.task_options import EncodeOptions
 
 router = APIRouter(tags=["Cohere"], route_class=JsonBodyRoute)
 
@@ -65,10 +65,10 @@ async def cohere_embed(body: CohereEmbedBody, request: Request, api_version: str
     # 2. the model (404 for one not served) and the engine: one forward pass, each type from it
     async with state.models.use(body.model, EMBED) as model:
         engine = held_engine(model)
-        params = pooling_params(body, engine.info.model_config)
+        options = encode_options(body, engine.info.model_config)
         try:
             embeddings, num_tokens = await embeddings_by_type(
-                engine, texts, params, body.embedding_types or [FLOAT]
+                engine, texts, options, body.embedding_types or [FLOAT]
             )
         except InputTooLongError as e:  # the engine's advice in this API's words
             raise InputTooLongError(str(e).replace("pass truncate=True", "send truncate END or START")) from e
@@ -86,7 +86,7 @@ async def cohere_embed(body: CohereEmbedBody, request: Request, api_version: str
     return ORJSONResponse(answer)
 
 
-def pooling_params(body: CohereEmbedBody, model_config: ModelConfig) -> PoolingParams:
+def encode_options(body: CohereEmbedBody, model_config: ModelConfig) -> EncodeOptions:
     """The engine's options for a Cohere body (dense float32 output; the types are encoded from it)."""
     truncate, direction = TRUNCATION[body.truncate] if body.truncate else (None, "right")
     max_input_tokens = None
@@ -98,7 +98,7 @@ def pooling_params(body: CohereEmbedBody, model_config: ModelConfig) -> PoolingP
             f"({model_config.embedding_size}); send at most that, or none for every dimension"
         )
     side, prompt_name = side_and_prompt(body.input_type, model_config.prompts)
-    return PoolingParams(
+    return EncodeOptions(
         dimensions=body.output_dimension,
         truncate=truncate,
         prompt_name=prompt_name,

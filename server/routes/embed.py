@@ -13,7 +13,7 @@ from server.model_registry import EMBED
 from server.protocol import EmbedRequest
 from server.responses import ORJSONResponse
 from server.routes import held_engine
-from wde.inputs import PoolingParams
+from wde.entrypoints.task_options import EncodeOptions
 from wde.outputs import EmbeddingOutput
 
 router = APIRouter(tags=["TEI"], route_class=JsonBodyRoute)
@@ -25,18 +25,18 @@ async def embed(body: EmbedRequest, request: Request) -> ORJSONResponse:
     # 1. limits
     state.check_num_inputs(len(body.inputs), "inputs")
     # 2. the engine (bad input raises: 422 / 400)
-    params = PoolingParams(
+    options = EncodeOptions(
         normalize=body.normalize,
         dimensions=body.dimensions,
         truncate=body.truncate,
         prompt_name=body.prompt_name,
         output="dense",  # a SPLADE model answers 400 naming POST /embed_sparse
-        precision=None if body.precision == "float32" else body.precision,
+        precision=body.precision,
         long_input=body.long_input,
         truncation_direction=body.truncation_direction,
     )
     async with state.models.use(body.model, EMBED) as model:
-        outputs = await held_engine(model).encode(body.inputs, params)
+        outputs = await held_engine(model).encode(body.inputs, **options)
     record_usage(request.state, len(outputs), sum(output.num_tokens for output in outputs))
     # 3. float32 (or quantized int8 / uint8) vectors straight to orjson
     return ORJSONResponse([output.embedding for output in cast(list[EmbeddingOutput], outputs)])

@@ -13,7 +13,7 @@ from server.model_registry import EMBED
 from server.protocol import EmbedAllRequest
 from server.responses import streamed_json_array
 from server.routes import held_engine
-from wde.inputs import PoolingParams
+from wde.entrypoints.task_options import EncodeOptions
 from wde.outputs import MultiVectorOutput
 
 router = APIRouter(tags=["TEI"])
@@ -25,7 +25,7 @@ async def embed_all(body: EmbedAllRequest, request: Request) -> Response:
     # 1. limits
     state.check_num_inputs(len(body.inputs), "inputs")
     # 2. the engine (bad input raises: 422 / 400; a model without token vectors: 400 naming its outputs)
-    params = PoolingParams(
+    options = EncodeOptions(
         truncate=body.truncate,
         prompt_name=body.prompt_name,
         output="multi_vector",
@@ -33,7 +33,7 @@ async def embed_all(body: EmbedAllRequest, request: Request) -> Response:
         truncation_direction=body.truncation_direction,
     )
     async with state.models.use(body.model, EMBED) as model:
-        outputs = cast(list[MultiVectorOutput], await held_engine(model).encode(body.inputs, params))
+        outputs = cast(list[MultiVectorOutput], await held_engine(model).encode(body.inputs, **options))
     record_usage(request.state, len(outputs), sum(output.num_tokens for output in outputs))
     # 3. TEI's shape, streamed an input at a time: its [num_vectors, size] float32 array straight to orjson
     return streamed_json_array([output.vectors for output in outputs])

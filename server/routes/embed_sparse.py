@@ -13,7 +13,7 @@ from server.model_registry import EMBED
 from server.protocol import EmbedSparseRequest, SparseValue
 from server.responses import ORJSONResponse
 from server.routes import held_engine
-from wde.inputs import PoolingParams
+from wde.entrypoints.task_options import EncodeOptions
 from wde.outputs import SparseEmbeddingOutput
 
 router = APIRouter(tags=["TEI"])
@@ -25,7 +25,7 @@ async def embed_sparse(body: EmbedSparseRequest, request: Request) -> ORJSONResp
     # 1. limits
     state.check_num_inputs(len(body.inputs), "inputs")
     # 2. the engine (bad input raises: 422 / 400; a model without sparse output: 400 naming its outputs)
-    params = PoolingParams(
+    options = EncodeOptions(
         truncate=body.truncate,
         prompt_name=body.prompt_name,
         output="sparse",
@@ -33,7 +33,7 @@ async def embed_sparse(body: EmbedSparseRequest, request: Request) -> ORJSONResp
         truncation_direction=body.truncation_direction,
     )
     async with state.models.use(body.model, EMBED) as model:
-        outputs = cast(list[SparseEmbeddingOutput], await held_engine(model).encode(body.inputs, params))
+        outputs = cast(list[SparseEmbeddingOutput], await held_engine(model).encode(body.inputs, **options))
     record_usage(request.state, len(outputs), sum(output.num_tokens for output in outputs))
     # 3. TEI's shape
     return ORJSONResponse([sparse_values(output) for output in outputs])

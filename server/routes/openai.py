@@ -16,7 +16,7 @@ from server.protocol import EmbeddingRequest, EmbeddingResponse, ModelList
 from server.responses import ORJSONResponse, dumps, streamed_json_array
 from server.routes import held_engine
 from wde.config import ModelConfig
-from wde.inputs import PoolingParams
+from wde.entrypoints.task_options import EncodeOptions
 from wde.outputs import CombinedEmbeddingOutput, EmbeddingOutput, MultiVectorOutput, SparseEmbeddingOutput
 
 router = APIRouter(prefix="/v1", tags=["OpenAI"], route_class=JsonBodyRoute)
@@ -30,13 +30,12 @@ async def create_embeddings(body: EmbeddingRequest, request: Request) -> Respons
     if any(isinstance(item, dict) for item in body.input):
         state.warn_token_ids_once()
     # 2. the engine (bad input raises: 422 / 400); normalization: the model's default, as LLM.encode
-    output = body.output if isinstance(body.output, str) else tuple(body.output)
-    params = PoolingParams(
+    options = EncodeOptions(
         dimensions=body.dimensions,
-        output=output,
+        output=body.output,
         input_type=body.input_type,
         max_active_dims=body.max_active_dims,
-        precision=None if body.precision == "float32" else body.precision,
+        precision=body.precision,
         long_input=body.long_input,
         prompt_name=body.task,  # a task is its adapter and its prompt, both named after it
     )
@@ -44,7 +43,7 @@ async def create_embeddings(body: EmbeddingRequest, request: Request) -> Respons
         engine = held_engine(model)
         if body.task is not None:
             check_task(body.task, engine.info.model_config)
-        outputs = await engine.encode(body.input, params)
+        outputs = await engine.encode(body.input, **options)
     # 3. the response: each kind as floats, or base64 of little-endian float32 (int32 sparse ids)
     base64_format = body.encoding_format == "base64"
     num_tokens = sum(output.num_tokens for output in outputs)
@@ -54,7 +53,8 @@ async def create_embeddings(body: EmbeddingRequest, request: Request) -> Respons
         for index, output in enumerate(outputs)
     ]
     usage = {"prompt_tokens": num_tokens, "total_tokens": num_tokens}
-    if "multi_vector" not in params.kinds("dense"):
+    kinds = [body.output] if isinstance(body.output, str) else body.output
+    if "multi_vector" not in kinds:
         return ORJSONResponse({"object": "list", "data": data, "model": model.name, "usage": usage})
     # token vectors are large: the body is streamed an input at a time
     tail = dumps({"model": model.name, "usage": usage})

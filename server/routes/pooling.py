@@ -22,7 +22,7 @@ from server.routes import held_engine
 from server.routes.predict import label_scores
 from server.routes.score import vllm_usage
 from server.vllm_protocol import PoolingRequest, PoolingResponse
-from wde.inputs import PoolingParams
+from wde.entrypoints.task_options import EncodeOptions
 from wde.outputs import EmbeddingOutput, MultiVectorOutput
 
 router = APIRouter(tags=["vLLM"])
@@ -52,7 +52,7 @@ async def pooling(body: PoolingRequest, request: Request) -> ORJSONResponse:
             values = [label_scores(output.scores, body.use_activation is False) for output in outputs]
         else:
             dense = task == "embed"
-            params = PoolingParams(
+            options = EncodeOptions(
                 normalize=body.use_activation if dense else None,
                 dimensions=body.dimensions,
                 truncate=truncate,
@@ -60,7 +60,7 @@ async def pooling(body: PoolingRequest, request: Request) -> ORJSONResponse:
                 truncation_direction=body.truncation_side,
                 max_input_tokens=max_input_tokens,
             )
-            outputs = await engine.encode(body.input, params)
+            outputs = await engine.encode(body.input, **options)
             if dense:
                 values = [output.embedding for output in cast(list[EmbeddingOutput], outputs)]
             else:

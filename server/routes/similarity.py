@@ -14,7 +14,7 @@ from server.model_registry import EMBED
 from server.protocol import SimilarityParameters, SimilarityRequest
 from server.responses import ORJSONResponse
 from server.routes import held_engine
-from wde.inputs import PoolingParams
+from wde.entrypoints.task_options import EncodeOptions
 from wde.outputs import EmbeddingOutput
 
 router = APIRouter(tags=["TEI"])
@@ -28,7 +28,7 @@ async def similarity(body: SimilarityRequest, request: Request) -> ORJSONRespons
     state.check_num_inputs(len(sentences), "inputs.sentences")
     # 2. the engine: the source and every sentence embedded in one call, normalized
     parameters = body.parameters or SimilarityParameters.model_validate({})
-    params = PoolingParams(
+    options = EncodeOptions(
         normalize=True,
         truncate=parameters.truncate,
         prompt_name=parameters.prompt_name,
@@ -36,7 +36,7 @@ async def similarity(body: SimilarityRequest, request: Request) -> ORJSONRespons
         truncation_direction=parameters.truncation_direction,
     )
     async with state.models.use(body.model, EMBED) as model:
-        outputs = await held_engine(model).encode([body.inputs.source_sentence, *sentences], params)
+        outputs = await held_engine(model).encode([body.inputs.source_sentence, *sentences], **options)
     record_usage(request.state, len(outputs), sum(output.num_tokens for output in outputs))
     # 3. cosine similarities: dot products of unit vectors
     vectors = cast(list[EmbeddingOutput], outputs)  # output "dense"

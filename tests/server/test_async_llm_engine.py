@@ -11,7 +11,7 @@ import pytest
 
 from tests.server.conftest import LONG_TEXT, TEXTS, TOLERANCE, reference, wait_for
 from tests.server.fake_engine import FakeEngine
-from wde import EngineArgs, PoolingParams
+from wde import EngineArgs
 from wde.engine.errors import InputTooLongError, RequestFailedError
 from wde.entrypoints.async_llm_engine import AsyncLLMEngine
 from wde.entrypoints.engine_thread import EngineDeadError, EngineState, EngineUnavailableError
@@ -55,7 +55,7 @@ def engine(fake: FakeEngine) -> Iterator[AsyncLLMEngine]:
 async def test_encode_answers_every_input_in_order(engine: AsyncLLMEngine, fake: FakeEngine) -> None:
     recorder = Recorder()
     engine.add_stats_listener(recorder)
-    outputs = await engine.encode(["a", "bbb", "cc"], PoolingParams())
+    outputs = await engine.encode(["a", "bbb", "cc"])
     assert [output.embedding[0] for output in outputs] == [1, 3, 2]
     assert engine.state == EngineState.READY and engine.is_ready
     assert recorder.steps and len(recorder.outputs) == 3
@@ -79,9 +79,9 @@ async def test_validation_errors_raise_to_the_caller_and_leave_the_queue_alone(
     engine: AsyncLLMEngine, fake: FakeEngine
 ) -> None:
     with pytest.raises(TypeError, match=r"inputs\[1\]"):
-        await engine.encode(["ok", 5], PoolingParams())
+        await engine.encode(["ok", 5])
     with pytest.raises(ValueError, match="empty"):
-        await engine.encode([], PoolingParams())
+        await engine.encode([])
     assert fake.queued == {} and engine.num_unfinished == 0
     assert len(await engine.encode(["still works"])) == 1
 
@@ -236,7 +236,7 @@ async def test_encode_before_start_is_unavailable() -> None:
 
 # ---- the real engine: same numbers as LLM.encode ---------------------------------------------------
 async def test_real_engine_equals_llm_encode(async_engine: AsyncLLMEngine, default_llm) -> None:
-    outputs = await async_engine.encode(TEXTS, PoolingParams())
+    outputs = await async_engine.encode(TEXTS)
     got = np.stack([output.embedding for output in outputs])
     assert np.abs(got - reference(default_llm, TEXTS)).max() <= TOLERANCE
     assert [output.num_tokens for output in outputs][-1] == 256
@@ -245,11 +245,11 @@ async def test_real_engine_equals_llm_encode(async_engine: AsyncLLMEngine, defau
 
 async def test_real_engine_input_errors(async_engine: AsyncLLMEngine) -> None:
     with pytest.raises(TypeError, match=r"inputs\[0\]"):
-        await async_engine.encode([3.5], PoolingParams())
+        await async_engine.encode([3.5])
     with pytest.raises(ValueError, match="dimensions"):
-        await async_engine.encode(["a"], PoolingParams(dimensions=10_000))
+        await async_engine.encode(["a"], dimensions=10_000)
     with pytest.raises(InputTooLongError, match=r"inputs\[1\]: input has \d+ tokens"):
-        await async_engine.encode(["ok", LONG_TEXT], PoolingParams(truncate=False))
+        await async_engine.encode(["ok", LONG_TEXT], truncate=False)
     with pytest.raises(InputTooLongError, match="max_model_len"):
-        await async_engine.encode([{"prompt_token_ids": [101] * 300}], PoolingParams(truncate=False))
+        await async_engine.encode([{"prompt_token_ids": [101] * 300}], truncate=False)
     assert async_engine.num_unfinished == 0

@@ -15,7 +15,7 @@ import pytest
 from tests.models.test_splade import save_splade
 from tests.server.conftest import asgi_client
 from tests.tiny_models import SEED, save_tiny_bert
-from wde import EngineArgs, PoolingParams
+from wde import EngineArgs
 from wde.entrypoints.async_llm_engine import AsyncLLMEngine
 
 pytestmark = pytest.mark.anyio
@@ -44,7 +44,7 @@ def _dense(pairs: list[dict], vocab_size: int) -> np.ndarray:
 
 
 async def test_embed_sparse_has_tei_shape_and_engine_numbers(splade_engine: AsyncLLMEngine) -> None:
-    expected = await splade_engine.encode(TEXTS, PoolingParams(output="sparse"))
+    expected = await splade_engine.encode(TEXTS, output="sparse")
     async with asgi_client(splade_engine) as (client, _):
         response = await client.post("/embed_sparse", json={"inputs": TEXTS})
         single = await client.post("/embed_sparse", json={"inputs": TEXTS[0], "truncate": True})
@@ -68,7 +68,7 @@ async def test_embed_sparse_has_tei_shape_and_engine_numbers(splade_engine: Asyn
 
 
 async def test_async_engine_decodes_tokens(splade_engine: AsyncLLMEngine) -> None:
-    (output,) = await splade_engine.encode(["Debian"], PoolingParams(output="sparse"), decode=True)
+    (output,) = await splade_engine.encode(["Debian"], output="sparse", decode=True)
     tokenizer = splade_engine.info.tokenizer
     assert output.tokens == [tokenizer.id_to_token(index) for index in output.indices.tolist()]
 
@@ -111,7 +111,7 @@ async def test_dense_routes_of_a_splade_model_answer_424_on_tei_400_on_openai(
 
 async def test_rerank_by_sparse_dot_product(splade_engine: AsyncLLMEngine) -> None:
     query, documents = "Debian operating system", TEXTS
-    vectors = await splade_engine.encode([query, *documents], PoolingParams(output="sparse"))
+    vectors = await splade_engine.encode([query, *documents], output="sparse")
     vocab_size = splade_engine.info.model_config.vocab_size
     dense = [np.zeros(vocab_size, dtype=np.float64) for _ in vectors]
     for row, output in zip(dense, vectors, strict=True):

@@ -65,7 +65,7 @@ async def test_ranges_are_computed_once_per_server_and_shared(embedder_dir: Path
             share(options, ranges)
 
         calibration.on_store = counted
-        (output,) = await engine.encode(["a first request"], PoolingParams(precision="int8"))
+        (output,) = await engine.encode(["a first request"], precision="int8")
         assert np.asarray(output.embedding).dtype == np.int8 and computed == []
         # 3. a worker that connects later hears every set kept so far at hello
         later = EngineLink("test1", process.ipc_dir, None, calibrations=[Calibration.bundled()])
@@ -74,7 +74,7 @@ async def test_ranges_are_computed_once_per_server_and_shared(embedder_dir: Path
             later_calibration = later.calibrations[0]
             wait_until(lambda: len(later_calibration.kept()) == len(defaults), "ranges heard at hello")
             # 4. ranges the first worker computes for other options reach it through the engine process
-            await engine.encode(["another request"], PoolingParams(precision="int8", max_input_tokens=8))
+            await engine.encode(["another request"], precision="int8", max_input_tokens=8)
             other = calibration_options(OTHER_OPTIONS, model_config)
             assert computed == [other]
             wait_until(lambda: later_calibration.ranges(other) is not None, "another worker's ranges")

@@ -18,7 +18,7 @@ from tests.models.test_bge_m3 import save_bge_m3_heads
 from tests.models.test_colbert import save_colbert
 from tests.server.conftest import asgi_client
 from tests.tiny_models import SEED, save_tiny_bert, save_tiny_xlmr
-from wde import EngineArgs, PoolingParams
+from wde import EngineArgs
 from wde.entrypoints.async_llm_engine import AsyncLLMEngine
 
 pytestmark = pytest.mark.anyio
@@ -52,7 +52,7 @@ def colbert_engine(tmp_path_factory: pytest.TempPathFactory) -> Iterator[AsyncLL
 
 
 async def test_embed_all_has_tei_shape_and_engine_numbers(m3_engine: AsyncLLMEngine) -> None:
-    expected = await m3_engine.encode(TEXTS, PoolingParams(output="multi_vector"))
+    expected = await m3_engine.encode(TEXTS, output="multi_vector")
     async with asgi_client(m3_engine) as (client, _):
         response = await client.post("/embed_all", json={"inputs": TEXTS})
     assert response.status_code == 200, response.text
@@ -65,7 +65,7 @@ async def test_embed_all_has_tei_shape_and_engine_numbers(m3_engine: AsyncLLMEng
 
 
 async def test_v1_embeddings_kinds_and_formats(m3_engine: AsyncLLMEngine) -> None:
-    expected = await m3_engine.encode(TEXTS, PoolingParams(output=tuple(ALL_KINDS)))
+    expected = await m3_engine.encode(TEXTS, output=tuple(ALL_KINDS))
     async with asgi_client(m3_engine) as (client, _):
         floats = await client.post("/v1/embeddings", json={"input": TEXTS, "output": ALL_KINDS})
         packed = await client.post(
@@ -121,7 +121,7 @@ async def test_openai_sdk_with_extra_body(m3_engine: AsyncLLMEngine) -> None:
 
 
 async def test_colbert_root_route_and_query_side(colbert_engine: AsyncLLMEngine) -> None:
-    queries = await colbert_engine.encode(TEXTS, PoolingParams(output="multi_vector", input_type="query"))
+    queries = await colbert_engine.encode(TEXTS, output="multi_vector", input_type="query")
     async with asgi_client(colbert_engine) as (client, _):
         root = await client.post("/", json={"inputs": TEXTS, "input_type": "query"})
         all_route = await client.post("/embed_all", json={"inputs": TEXTS, "input_type": "query"})

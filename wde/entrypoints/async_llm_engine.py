@@ -3,7 +3,7 @@
     engine = AsyncLLMEngine(EngineArgs(model=...))
     engine.start()                      # builds the LLMEngine on the engine thread (state: loading)
     engine.wait_until_ready(timeout=60)
-    outputs = await engine.encode(["a text", "another"], PoolingParams())
+    outputs = await engine.encode(["a text", "another"], normalize=True)
     engine.shutdown()                   # finish accepted work, then stop the thread
 
 The ``LLMEngine`` lives on an ``EngineThread`` and is touched by nothing else; this class only sends it
@@ -23,6 +23,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
+from typing_extensions import Unpack
 
 from wde.config import EngineConfig
 from wde.engine.llm_engine import LLMEngine
@@ -44,8 +45,9 @@ from wde.entrypoints.engine_thread import (
 from wde.entrypoints.long_inputs import Chunker
 from wde.entrypoints.output_precision import Calibration
 from wde.entrypoints.result_reuse import ResultReuse
+from wde.entrypoints.task_options import ClassifyOptions, EncodeOptions, ScoreOptions, pooling_params
 from wde.entrypoints.tasks import OutputNotSupportedError, TaskNotSupportedError
-from wde.inputs import PoolingParams, PromptType, TextPair
+from wde.inputs import PromptType, TextPair
 from wde.outputs import (
     CombinedEmbeddingOutput,
     EmbeddingOutput,
@@ -211,61 +213,40 @@ class AsyncLLMEngine:
     async def encode(
         self,
         prompts: PromptType | Sequence[PromptType],
-        params: PoolingParams | None = None,
         *,
         decode: bool = False,
+        **options: Unpack[EncodeOptions],
     ) -> list[EmbeddingOutput | SparseEmbeddingOutput | MultiVectorOutput | CombinedEmbeddingOutput]:
-        """One embedding per prompt, in order: dense, sparse, token vectors or several as ``params.output``
-        asks (the model's kind when unset; ``decode`` adds a sparse output's token strings;
-        ``params.precision`` quantizes dense vectors, int8 / uint8 with the calibration set's ranges:
-        ``quantization_ranges``).
+        """One embedding per prompt, in order: dense, sparse, token vectors or several as ``output`` asks
+        (the model's kind when unset; ``decode`` adds a sparse output's token strings; ``precision``
+        quantizes dense vectors, int8 / uint8 with the calibration set's ranges: ``quantization_ranges``).
+        The options: ``EncodeOptions``, as ``LLM.encode``.
         Raises the InputProcessor's ``TypeError`` / ``ValueError`` for bad input,
         ``OutputNotSupportedError`` for an output kind the model lacks, ``InputTooLongError`` for an
         over-long input with truncation off, ``EngineUnavailableError`` while loading or shutting down."""
+        params = pooling_params(options, EncodeOptions, "encode")
         info = self.info
         tokenizer = info.tokenizer if decode else None
         plan = tasks.encode(
-            info.model_config,
-            prompts,
-            params or PoolingParams(),
-            tokenizer,
-            self.calibration,
-            self._chunker(info),
+            info.model_config, prompts, params, tokenizer, self.calibration, self._chunker(info)
         )
         return await self._drive(plan)
 
-    async def quantization_ranges(self, params: PoolingParams) -> np.ndarray:
-        """The int8 / uint8 ranges ``[2, dim]`` for dense float requests of ``params`` (no ``precision``):
-        this engine's, kept since it loaded or an earlier request, else computed from its calibration texts
-        now and kept."""
+    async def quantization_ranges(self, **options: Unpack[EncodeOptions]) -> np.ndarray:
+        """The int8 / uint8 ranges ``[2, dim]`` for dense float requests of these options (no
+        ``precision``): this engine's, kept since it loaded or an earlier request, else computed from its
+        calibration texts now and kept."""
+        params = pooling_params(options, EncodeOptions, "quantization_ranges")
         info = self.info
         return await self._drive(tasks.calibrated_ranges(info.model_config, self.calibration, params))
 
     async def score(
-        self,
-        text_1: str | Sequence[str],
-        text_2: str | Sequence[str],
-        *,
-        truncate: bool | None = None,
-        raw_scores: bool = False,
-        instruction: str | None = None,
-        long_input: str | None = None,
-        chunk_score: str | None = None,
-        truncation_direction: str = "right",
-        max_input_tokens: int | None = None,
+        self, text_1: str | Sequence[str], text_2: str | Sequence[str], **options: Unpack[ScoreOptions]
     ) -> list[ScoreOutput]:
         """Scores of (text_1, text_2) pairs (1:N or N:N, as ``LLM.score``): a cross-encoder's classifier, or
         the cosine similarity of an embedding model's embeddings (each distinct text embedded once).
-        ``truncation_direction`` / ``max_input_tokens``: as ``PoolingParams``."""
-        params = PoolingParams(
-            truncate=truncate,
-            raw_scores=raw_scores,
-            instruction=instruction,
-            long_input=long_input,
-            chunk_score=chunk_score,
-            truncation_direction=truncation_direction,
-            max_input_tokens=max_input_tokens,
-        )
+        The options: ``ScoreOptions``, as ``LLM.score``."""
+        params = pooling_params(options, ScoreOptions, "score")
         info = self.info
         return await self._drive(tasks.score(info.model_config, text_1, text_2, params, self._chunker(info)))
 
@@ -276,28 +257,15 @@ class AsyncLLMEngine:
         *,
         top_n: int | None = None,
         return_documents: bool = False,
-        raw_scores: bool = False,
-        truncate: bool | None = None,
         max_tokens_per_doc: int | None = None,
-        instruction: str | None = None,
-        long_input: str | None = None,
-        chunk_score: str | None = None,
-        truncation_direction: str = "right",
-        max_input_tokens: int | None = None,
+        **options: Unpack[ScoreOptions],
     ) -> tuple[list[RerankResult], int]:
         """(documents sorted by relevance to ``query``, highest first, with their original ``index``;
         tokens processed). ``max_tokens_per_doc`` cuts each document to that many tokens first;
-        ``long_input="chunk"`` scores a long document by its windows (``chunk_score``)."""
+        ``long_input="chunk"`` scores a long document by its windows (``chunk_score``); the options as
+        ``LLM.rerank``."""
+        params = pooling_params(options, ScoreOptions, "rerank")
         info = self.info
-        params = PoolingParams(
-            truncate=truncate,
-            raw_scores=raw_scores,
-            instruction=instruction,
-            long_input=long_input,
-            chunk_score=chunk_score,
-            truncation_direction=truncation_direction,
-            max_input_tokens=max_input_tokens,
-        )
         plan = tasks.rerank(
             info.model_config,
             info.tokenizer,
@@ -312,21 +280,11 @@ class AsyncLLMEngine:
         return await self._drive(plan)
 
     async def classify(
-        self,
-        inputs: Sequence[str | TextPair],
-        *,
-        truncate: bool | None = None,
-        raw_scores: bool = False,
-        truncation_direction: str = "right",
-        max_input_tokens: int | None = None,
+        self, inputs: Sequence[str | TextPair], **options: Unpack[ClassifyOptions]
     ) -> list[ScoreOutput]:
-        """A classifier's scores (every label) of single texts or (text_1, text_2) pairs, in order."""
-        params = PoolingParams(
-            truncate=truncate,
-            raw_scores=raw_scores,
-            truncation_direction=truncation_direction,
-            max_input_tokens=max_input_tokens,
-        )
+        """A classifier's scores (every label) of single texts or (text_1, text_2) pairs, in order; the
+        options as ``LLM.classify``."""
+        params = pooling_params(options, ClassifyOptions, "classify")
         return await self._drive(tasks.classify(self.info.model_config, inputs, params))
 
     async def _drive(self, plan: tasks.Plan) -> Any:

@@ -9,6 +9,7 @@ from contextlib import contextmanager
 from typing import Any
 
 from tqdm.auto import tqdm
+from typing_extensions import Unpack
 
 from wde.engine.llm_engine import LLMEngine
 from wde.engine_args import EngineArgs
@@ -16,6 +17,7 @@ from wde.entrypoints import tasks
 from wde.entrypoints.long_inputs import Chunker
 from wde.entrypoints.output_precision import Calibration
 from wde.entrypoints.result_reuse import ResultReuse
+from wde.entrypoints.task_options import ClassifyOptions, EncodeOptions, ScoreOptions, pooling_params
 from wde.inputs import PoolingParams, PromptType, TextPair
 from wde.outputs import (
     CombinedEmbeddingOutput,
@@ -57,20 +59,10 @@ class LLM:
         self,
         texts: PromptType | Sequence[PromptType],
         *,
-        normalize: bool | None = None,
-        dimensions: int | None = None,
-        truncate: bool | None = None,
-        prompt_name: str | None = None,
-        output: str | Sequence[str] | None = None,
-        max_active_dims: int | None = None,
-        input_type: str | None = None,
-        precision: str | None = None,
-        long_input: str | None = None,
-        truncation_direction: str = "right",
-        max_input_tokens: int | None = None,
         decode: bool = False,
         batch_size: int | None = None,
         show_progress: bool = False,
+        **options: Unpack[EncodeOptions],
     ) -> list[EmbeddingOutput | SparseEmbeddingOutput | MultiVectorOutput | CombinedEmbeddingOutput]:
         """Embed ``texts`` (a str, a list of str, or ``{"prompt": ...}`` / ``{"prompt_token_ids": ...}``).
 
@@ -89,20 +81,11 @@ class LLM:
         model serves), and ``ValueError`` naming the input when one could not run (too long with
         ``truncate=False``); the engine stays usable either way. ``truncation_direction="left"`` keeps the
         end of an over-long input; ``max_input_tokens`` cuts every input to that many tokens.
+        The options (``normalize``, ``dimensions``, ``truncate``, ``prompt_name``, ``output``,
+        ``max_active_dims``, ``input_type``, ``precision``, ``long_input``, ``truncation_direction``,
+        ``max_input_tokens``): ``EncodeOptions``.
         """
-        params = PoolingParams(
-            normalize,
-            dimensions,
-            truncate,
-            prompt_name,
-            output=output if output is None or isinstance(output, str) else tuple(output),
-            max_active_dims=max_active_dims,
-            input_type=input_type,
-            precision=precision,
-            long_input=long_input,
-            truncation_direction=truncation_direction,
-            max_input_tokens=max_input_tokens,
-        )
+        params = pooling_params(options, EncodeOptions, "encode")
         tokenizer = self.engine.tokenizer.untruncated() if decode else None
         plan = tasks.encode(self.model_config, texts, params, tokenizer, self.calibration, self.chunker)
         return self._drive(plan, batch_size, show_progress)
@@ -112,15 +95,9 @@ class LLM:
         text_1: str | Sequence[str],
         text_2: str | Sequence[str],
         *,
-        truncate: bool | None = None,
-        raw_scores: bool = False,
-        instruction: str | None = None,
-        long_input: str | None = None,
-        chunk_score: str | None = None,
-        truncation_direction: str = "right",
-        max_input_tokens: int | None = None,
         batch_size: int | None = None,
         show_progress: bool = False,
+        **options: Unpack[ScoreOptions],
     ) -> list[ScoreOutput]:
         """Relevance of (text_1, text_2) pairs: one text_1 against every text_2 (1:N), or pairwise (N:N).
 
@@ -130,17 +107,9 @@ class LLM:
         each pair with its prompt template; ``instruction`` replaces the template's instruction.
         ``long_input="chunk"`` scores a long text_2 by its windows (``chunk_score``: max, mean, first).
         ``truncation_direction="left"`` keeps the end of an over-long pair; ``max_input_tokens`` cuts each
-        pair to that many tokens (vLLM's ``truncate_prompt_tokens``).
+        pair to that many tokens (vLLM's ``truncate_prompt_tokens``). The options: ``ScoreOptions``.
         """
-        params = PoolingParams(
-            truncate=truncate,
-            raw_scores=raw_scores,
-            instruction=instruction,
-            long_input=long_input,
-            chunk_score=chunk_score,
-            truncation_direction=truncation_direction,
-            max_input_tokens=max_input_tokens,
-        )
+        params = pooling_params(options, ScoreOptions, "score")
         plan = tasks.score(self.model_config, text_1, text_2, params, self.chunker)
         return self._drive(plan, batch_size, show_progress)
 
@@ -151,29 +120,15 @@ class LLM:
         *,
         top_n: int | None = None,
         return_documents: bool = False,
-        raw_scores: bool = False,
-        truncate: bool | None = None,
-        instruction: str | None = None,
         max_tokens_per_doc: int | None = None,
-        long_input: str | None = None,
-        chunk_score: str | None = None,
-        truncation_direction: str = "right",
-        max_input_tokens: int | None = None,
         batch_size: int | None = None,
+        **options: Unpack[ScoreOptions],
     ) -> list[RerankResult]:
         """Documents sorted by relevance to ``query`` (highest first), each with its original ``index``;
         ``max_tokens_per_doc`` cuts each document to that many tokens first (Cohere's cap);
         ``long_input="chunk"`` scores a long document by its windows (``chunk_score``: max, mean, first);
-        ``truncation_direction`` / ``max_input_tokens`` as in ``score``."""
-        params = PoolingParams(
-            truncate=truncate,
-            raw_scores=raw_scores,
-            instruction=instruction,
-            long_input=long_input,
-            chunk_score=chunk_score,
-            truncation_direction=truncation_direction,
-            max_input_tokens=max_input_tokens,
-        )
+        the options as in ``score``."""
+        params = pooling_params(options, ScoreOptions, "rerank")
         plan = tasks.rerank(
             self.model_config,
             self.engine.tokenizer.untruncated(),
@@ -192,22 +147,14 @@ class LLM:
         self,
         inputs: str | TextPair | Sequence[str | TextPair],
         *,
-        truncate: bool | None = None,
-        raw_scores: bool = False,
-        truncation_direction: str = "right",
-        max_input_tokens: int | None = None,
         batch_size: int | None = None,
+        **options: Unpack[ClassifyOptions],
     ) -> list[ScoreOutput]:
         """A classifier's scores (every label, after the model's activation unless ``raw_scores``) of single
-        texts or (text_1, text_2) pairs, in order; ``truncation_direction`` / ``max_input_tokens`` as in
-        ``score``."""
+        texts or (text_1, text_2) pairs, in order; the options (``truncate``, ``raw_scores``,
+        ``truncation_direction``, ``max_input_tokens``) as in ``score``."""
         prompts = [inputs] if isinstance(inputs, (str, tuple)) else inputs
-        params = PoolingParams(
-            truncate=truncate,
-            raw_scores=raw_scores,
-            truncation_direction=truncation_direction,
-            max_input_tokens=max_input_tokens,
-        )
+        params = pooling_params(options, ClassifyOptions, "classify")
         return self._drive(tasks.classify(self.model_config, prompts, params), batch_size, False)
 
     def _drive(self, plan: tasks.Plan, batch_size: int | None, show_progress: bool) -> Any:
