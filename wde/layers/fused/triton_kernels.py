@@ -1,0 +1,215 @@
+"""The Triton kernels of ``reference.py``'s functions (same arguments, same results within the kernels'
+rounding: they add and rotate in float32 where the reference rounds each product to the model's dtype).
+
+One program per token row (add + norm, q/k norm + rotary: every head of the token in one tile) or per
+(token, block of features) (activation-and-mul). Imported only where Triton is: ``ops.py`` on CUDA, the
+tests under ``TRITON_INTERPRET=1`` on the CPU.
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+from wde.layers.fused.reference import Activation, NormFlavour
+
+
+@triton.jit
+def _rms_norm(x, weight, size, eps, GEMMA: tl.constexpr, DTYPE: tl.constexpr):
+    """``x`` float32 [BLOCK] (zeros past ``size``) -> normalized and scaled, in ``DTYPE``."""
+    variance = tl.sum(x * x, axis=0) / size
+    normed = x * tl.rsqrt(variance + eps)
+    if GEMMA:
+        return (normed * (1.0 + weight.to(tl.float32))).to(DTYPE)
+    # the weight times the normalized value rounded to DTYPE: a 16-bit product, computed in float32 (exact)
+    # and rounded once, as the GPU's own 16-bit multiply rounds it
+    return (weight.to(tl.float32) * normed.to(DTYPE).to(tl.float32)).to(DTYPE)
+
+
+@triton.jit
+def _add_rms_norm_kernel(
+    x_ptr,
+    residual_ptr,
+    weight_ptr,
+    post_weight_ptr,
+    out_ptr,
+    summed_ptr,
+    x_stride,
+    residual_stride,
+    size,
+    eps,
+    GEMMA: tl.constexpr,
+    POST_NORM: tl.constexpr,
+    BLOCK: tl.constexpr,
+):
+    row = tl.program_id(0).to(tl.int64)
+    cols = tl.arange(0, BLOCK)
+    mask = cols < size
+    dtype = out_ptr.dtype.element_ty
+    x = tl.load(x_ptr + row * x_stride + cols, mask=mask, other=0.0).to(tl.float32)
+    residual = tl.load(residual_ptr + row * residual_stride + cols, mask=mask, other=0.0).to(tl.float32)
+    if POST_NORM:
+        post_weight = tl.load(post_weight_ptr + cols, mask=mask, other=0.0)
+        x = _rms_norm(x, post_weight, size, eps, GEMMA, dtype).to(tl.float32)
+    summed = (residual + x).to(dtype)  # the residual stream, rounded as the unfused add rounds it
+    tl.store(summed_ptr + row * size + cols, summed, mask=mask)
+    weight = tl.load(weight_ptr + cols, mask=mask, other=0.0)
+    out = _rms_norm(summed.to(tl.float32), weight, size, eps, GEMMA, dtype)
+    tl.store(out_ptr + row * size + cols, out, mask=mask)
+
+
+def add_rms_norm(
+    x: torch.Tensor,
+    residual: torch.Tensor,
+    weight: torch.Tensor,
+    eps: float,
+    flavour: NormFlavour,
+    post_weight: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """As ``reference.add_rms_norm``: (normed, summed), each [num_tokens, hidden] contiguous."""
+    num_tokens, size = x.shape
+    out = torch.empty((num_tokens, size), dtype=x.dtype, device=x.device)
+    summed = torch.empty_like(out)
+    if num_tokens == 0:
+        return out, summed
+    _add_rms_norm_kernel[(num_tokens,)](
+        x,
+        residual,
+        weight,
+        weight if post_weight is None else post_weight,
+        out,
+        summed,
+        x.stride(0),
+        residual.stride(0),
+        size,
+        eps,
+        GEMMA=flavour == "gemma",
+        POST_NORM=post_weight is not None,
+        BLOCK=triton.next_power_of_2(size),
+    )
+    return out, summed
+
+
+@triton.jit
+def _qk_norm_rotary_kernel(
+    qkv_ptr,
+    cos_ptr,
+    sin_ptr,
+    q_weight_ptr,
+    k_weight_ptr,
+    row_stride,
+    angle_stride,
+    num_heads,
+    num_qk_heads,
+    eps,
+    HALF: tl.constexpr,
+    BLOCK_H: tl.constexpr,
+    NORM: tl.constexpr,
+    GEMMA: tl.constexpr,
+):
+    token = tl.program_id(0).to(tl.int64)
+    heads = tl.arange(0, BLOCK_H)[:, None]  # [BLOCK_H, 1]: q heads, then k heads
+    dims = tl.arange(0, HALF)[None, :]  # [1, HALF]: the first half's dimensions
+    mask = (heads < num_qk_heads) & (dims < HALF)
+    dtype = qkv_ptr.dtype.element_ty
+    first = qkv_ptr + token * row_stride + heads * (2 * HALF) + dims
+    x1 = tl.load(first, mask=mask, other=0.0).to(tl.float32)  # [BLOCK_H, HALF]
+    x2 = tl.load(first + HALF, mask=mask, other=0.0).to(tl.float32)
+    if NORM:
+        is_q = heads < num_heads
+        w1 = tl.where(is_q, tl.load(q_weight_ptr + dims), tl.load(k_weight_ptr + dims))
+        w2 = tl.where(is_q, tl.load(q_weight_ptr + HALF + dims), tl.load(k_weight_ptr + HALF + dims))
+        variance = (tl.sum(x1 * x1, axis=1) + tl.sum(x2 * x2, axis=1))[:, None] / (2 * HALF)
+        rstd = tl.rsqrt(variance + eps)
+        if GEMMA:
+            x1 = (x1 * rstd * (1.0 + w1.to(tl.float32))).to(dtype).to(tl.float32)
+            x2 = (x2 * rstd * (1.0 + w2.to(tl.float32))).to(dtype).to(tl.float32)
+        else:
+            x1 = (w1.to(tl.float32) * (x1 * rstd).to(dtype).to(tl.float32)).to(dtype).to(tl.float32)
+            x2 = (w2.to(tl.float32) * (x2 * rstd).to(dtype).to(tl.float32)).to(dtype).to(tl.float32)
+    # cos / sin [num_tokens, 1, 2 * HALF] hold each frequency twice: the first half is all of them
+    cos = tl.load(cos_ptr + token * angle_stride + dims).to(tl.float32)  # [1, HALF]
+    sin = tl.load(sin_ptr + token * angle_stride + dims).to(tl.float32)
+    tl.store(first, (x1 * cos - x2 * sin).to(dtype), mask=mask)
+    tl.store(first + HALF, (x2 * cos + x1 * sin).to(dtype), mask=mask)
+
+
+def can_rotate(head_size: int, rotary_dim: int) -> bool:
+    """The kernel rotates whole heads whose half is a power of two (64, 128, 256-wide heads)."""
+    half = head_size // 2
+    return rotary_dim == head_size and head_size % 2 == 0 and half == triton.next_power_of_2(half)
+
+
+def qk_norm_rotary(
+    qkv: torch.Tensor,
+    num_heads: int,
+    num_kv_heads: int,
+    cos: torch.Tensor,
+    sin: torch.Tensor,
+    norm: tuple[torch.Tensor, torch.Tensor, float, NormFlavour] | None,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """As ``reference.qk_norm_rotary``, in place: q, k and v are views of ``qkv`` (its rows' last
+    dimension contiguous), q and k normalized and rotated where they lie."""
+    num_tokens = qkv.shape[0]
+    head_size = qkv.shape[1] // (num_heads + 2 * num_kv_heads)
+    if qkv.stride(1) != 1 or cos.stride(-1) != 1 or sin.stride(0) != cos.stride(0):
+        raise ValueError("qk_norm_rotary needs qkv's rows and cos / sin contiguous in their last dimension")
+    if num_tokens:
+        q_weight, k_weight, eps, flavour = norm if norm is not None else (cos, cos, 0.0, "llama")
+        _qk_norm_rotary_kernel[(num_tokens,)](
+            qkv,
+            cos,
+            sin,
+            q_weight,
+            k_weight,
+            qkv.stride(0),
+            cos.stride(0),
+            num_heads,
+            num_heads + num_kv_heads,
+            eps,
+            HALF=head_size // 2,
+            BLOCK_H=triton.next_power_of_2(num_heads + num_kv_heads),
+            NORM=norm is not None,
+            GEMMA=flavour == "gemma",
+        )
+    q_size, kv_size = num_heads * head_size, num_kv_heads * head_size
+    q = qkv[:, :q_size].view(num_tokens, num_heads, head_size)
+    k = qkv[:, q_size : q_size + kv_size].view(num_tokens, num_kv_heads, head_size)
+    v = qkv[:, q_size + kv_size :].view(num_tokens, num_kv_heads, head_size)
+    return q, k, v
+
+
+@triton.jit
+def _act_and_mul_kernel(gate_up_ptr, out_ptr, row_stride, size, GELU: tl.constexpr, BLOCK: tl.constexpr):
+    row = tl.program_id(0).to(tl.int64)
+    cols = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
+    mask = cols < size
+    dtype = out_ptr.dtype.element_ty
+    gate = tl.load(gate_up_ptr + row * row_stride + cols, mask=mask, other=0.0).to(tl.float32)
+    up = tl.load(gate_up_ptr + row * row_stride + size + cols, mask=mask, other=0.0).to(tl.float32)
+    if GELU:  # tanh(z) = 2 * sigmoid(2z) - 1
+        inner = 0.7978845608028654 * (gate + 0.044715 * gate * gate * gate)
+        activated = 0.5 * gate * (2.0 * tl.sigmoid(2.0 * inner))
+    else:
+        activated = gate * tl.sigmoid(gate)
+    activated = activated.to(dtype).to(tl.float32)  # rounded as the unfused activation's output is
+    tl.store(out_ptr + row * size + cols, (activated * up).to(dtype), mask=mask)
+
+
+ACT_BLOCK = 1024
+
+
+def act_and_mul(gate_up: torch.Tensor, activation: Activation) -> torch.Tensor:
+    """As ``reference.act_and_mul``: [num_tokens, 2 * intermediate] -> [num_tokens, intermediate]."""
+    num_tokens, double = gate_up.shape
+    size = double // 2
+    out = torch.empty((num_tokens, size), dtype=gate_up.dtype, device=gate_up.device)
+    if gate_up.stride(1) != 1:
+        raise ValueError("act_and_mul needs gate_up's rows contiguous")
+    if num_tokens:
+        grid = (num_tokens, triton.cdiv(size, ACT_BLOCK))
+        _act_and_mul_kernel[grid](
+            gate_up, out, gate_up.stride(0), size, GELU=activation == "gelu_tanh", BLOCK=ACT_BLOCK
+        )
+    return out
