@@ -17,7 +17,7 @@ Gemma3 sees the ``sliding_window - 1`` keys before it: ``(w - 1, 0)``.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Any
+from typing import Any, cast
 
 import torch
 from torch import nn
@@ -25,6 +25,8 @@ from torch import nn
 from wde.layers.activation import get_act_fn
 from wde.layers.attention.layer import Attention
 from wde.layers.attention.spec import AttentionSpec
+from wde.layers.fused import ops as fused
+from wde.layers.fused.reference import QKNorm
 from wde.layers.rotary import RotaryEmbedding, apply_rotary
 from wde.models.block_compile import compile_each
 from wde.models.interface import WdeModel
@@ -78,6 +80,10 @@ def attention_window(config: dict[str, Any], layer_type: str) -> tuple[int, int]
     if config.get("use_bidirectional_attention"):
         return (window // 2, window // 2)
     return (window - 1, 0)
+
+
+# hidden_activation names of GELU's tanh approximation (wde/layers/activation.py): the fused kernel's
+TANH_GELUS = ("gelu_pytorch_tanh", "gelu_new", "gelu_fast")
 
 
 class Gemma3RMSNorm(nn.Module):
@@ -135,6 +141,16 @@ class Gemma3Attention(nn.Module):
         attn_out = self.attn(q, k, v)  # [num_tokens, num_heads, head_size]
         return self.o_proj(attn_out.reshape(num_tokens, -1))  # [num_tokens, hidden_size]
 
+    def forward_fused(
+        self, hidden_states: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor
+    ) -> torch.Tensor:
+        """``forward`` with q/k norms and RoPE in one kernel, in place on the q/k/v projection."""
+        qkv = self.qkv_proj(hidden_states)  # [num_tokens, (num_heads + 2 * num_kv_heads) * head_size]
+        norm: QKNorm = (self.q_norm.weight, self.k_norm.weight, self.q_norm.eps, "gemma")
+        q, k, v = fused.qk_norm_rotary(qkv, self.num_heads, self.num_kv_heads, cos, sin, norm)
+        attn_out = self.attn(q, k, v)  # [num_tokens, num_heads, head_size]
+        return self.o_proj(attn_out.reshape(qkv.shape[0], -1))  # [num_tokens, hidden_size]
+
 
 class Gemma3MLP(nn.Module):
     def __init__(self, config: dict[str, Any]) -> None:
@@ -143,11 +159,18 @@ class Gemma3MLP(nn.Module):
         self.intermediate_size = intermediate_size
         self.gate_up_proj = nn.Linear(hidden_size, 2 * intermediate_size, bias=False)  # fused gate, up
         self.down_proj = nn.Linear(intermediate_size, hidden_size, bias=False)
-        self.act_fn = get_act_fn(config.get("hidden_activation") or "gelu_pytorch_tanh")
+        self.activation = config.get("hidden_activation") or "gelu_pytorch_tanh"
+        self.act_fn = get_act_fn(self.activation)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         gate, up = self.gate_up_proj(x).split(self.intermediate_size, dim=-1)  # [num_tokens, intermediate]
         return self.down_proj(self.act_fn(gate) * up)  # [num_tokens, hidden_size]
+
+    def forward_fused(self, x: torch.Tensor) -> torch.Tensor:
+        if self.activation not in TANH_GELUS:  # the kernel's is GELU's tanh approximation
+            return self.forward(x)
+        gate_up = self.gate_up_proj(x)  # [num_tokens, 2 * intermediate]
+        return self.down_proj(fused.act_and_mul(gate_up, "gelu_tanh"))  # [num_tokens, hidden_size]
 
 
 class Gemma3DecoderLayer(nn.Module):
@@ -171,6 +194,17 @@ class Gemma3DecoderLayer(nn.Module):
         """pre-norm -> MLP -> post-norm -> residual add (what torch.compile fuses)."""
         mlp_out = self.mlp(self.pre_feedforward_layernorm(hidden_states))
         return hidden_states + self.post_feedforward_layernorm(mlp_out)  # [num_tokens, hidden_size]
+
+    def forward_fused(
+        self, normed: torch.Tensor, residual: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """The layer after its input norm, with the fused kernels: (the MLP's output before its post-norm,
+        the residual stream before it); the next layer's input norm (or the final norm) applies the
+        post-norm and adds the two (``Gemma3TextModel``)."""
+        attn_out = self.self_attn.forward_fused(normed, cos, sin)
+        pre, post = self.pre_feedforward_layernorm, self.post_attention_layernorm
+        normed, residual = fused.add_rms_norm(attn_out, residual, pre.weight, pre.eps, "gemma", post.weight)
+        return self.mlp.forward_fused(normed), residual
 
 
 # checkpoint projection -> (our fused parameter, its shard)
@@ -209,10 +243,32 @@ class Gemma3TextModel(WdeModel):
         # cos, sin [num_tokens, 1, head_size] per layer type, shared by its layers
         dtype = hidden_states.dtype
         cos_sin = {name: rotary.cos_sin(positions, dtype) for name, rotary in self.rotary.items()}
+        if fused.fused_kernels_enabled(hidden_states):
+            return self._forward_fused(hidden_states, cos_sin)
         for layer, layer_type in zip(self.layers, self.layer_types, strict=True):
             cos, sin = cos_sin[layer_type]
             hidden_states = layer(hidden_states, cos, sin)
         return self.norm(hidden_states)
+
+    def _forward_fused(
+        self, hidden_states: torch.Tensor, cos_sin: dict[str, tuple[torch.Tensor, torch.Tensor]]
+    ) -> torch.Tensor:
+        """The layers with the fused kernels (CUDA): each layer's last post-norm and residual add done with
+        the next norm."""
+        residual = torch.zeros_like(hidden_states)  # [num_tokens, hidden_size]
+        post_weight: torch.Tensor | None = None  # the previous layer's post-feed-forward norm
+        layers = cast(list[Gemma3DecoderLayer], self.layers)
+        for layer, layer_type in zip(layers, self.layer_types, strict=True):
+            norm = layer.input_layernorm
+            normed, residual = fused.add_rms_norm(
+                hidden_states, residual, norm.weight, norm.eps, "gemma", post_weight
+            )
+            hidden_states, residual = layer.forward_fused(normed, residual, *cos_sin[layer_type])
+            post_weight = layer.post_feedforward_layernorm.weight
+        normed, _ = fused.add_rms_norm(
+            hidden_states, residual, self.norm.weight, self.norm.eps, "gemma", post_weight
+        )
+        return normed
 
     def compile_blocks(self) -> None:
         """torch.compile each layer's feed-forward block with dynamic token counts; attention stays eager."""

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable
-from typing import Any, ClassVar
+from typing import Any, ClassVar, cast
 
 import torch
 import torch.nn.functional as F
@@ -24,6 +24,8 @@ from torch import nn
 from wde.config import PoolingConfig
 from wde.layers.attention.layer import Attention
 from wde.layers.attention.spec import AttentionSpec
+from wde.layers.fused import ops as fused
+from wde.layers.fused.reference import QKNorm
 from wde.layers.pooler.methods import PoolingMetadata, last_pool
 from wde.layers.rotary import RotaryEmbedding, apply_rotary
 from wde.models.block_compile import compile_each
@@ -135,6 +137,18 @@ class Qwen3Attention(nn.Module):
         attn_out = self.attn(q, k, v)  # [num_tokens, num_heads, head_size]
         return self.o_proj(attn_out.reshape(num_tokens, -1))  # [num_tokens, hidden_size]
 
+    def forward_fused(
+        self, hidden_states: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor
+    ) -> torch.Tensor:
+        """``forward`` with q/k norms and RoPE in one kernel, in place on the q/k/v projection."""
+        qkv = self.qkv_proj(hidden_states)  # [num_tokens, (num_heads + 2 * num_kv_heads) * head_size]
+        norm: QKNorm | None = None
+        if isinstance(self.q_norm, RMSNorm) and isinstance(self.k_norm, RMSNorm):
+            norm = (self.q_norm.weight, self.k_norm.weight, self.q_norm.eps, "llama")
+        q, k, v = fused.qk_norm_rotary(qkv, self.num_heads, self.num_kv_heads, cos, sin, norm)
+        attn_out = self.attn(q, k, v)  # [num_tokens, num_heads, head_size]
+        return self.o_proj(attn_out.reshape(qkv.shape[0], -1))  # [num_tokens, hidden_size]
+
 
 class Qwen3MLP(nn.Module):
     """SwiGLU: down(silu(gate(x)) * up(x)), gate and up fused into one projection; biases with ``mlp_bias``
@@ -156,6 +170,9 @@ class Qwen3MLP(nn.Module):
         gate, up = self.gate_up_proj(x).split(self.intermediate_size, dim=-1)  # [num_tokens, intermediate] x2
         return self.down_proj(F.silu(gate) * up)
 
+    def forward_fused(self, x: torch.Tensor) -> torch.Tensor:
+        return self.down_proj(fused.act_and_mul(self.gate_up_proj(x), "silu"))  # [num_tokens, hidden_size]
+
 
 class Qwen3DecoderLayer(nn.Module):
     def __init__(
@@ -175,6 +192,16 @@ class Qwen3DecoderLayer(nn.Module):
     def mlp_block(self, hidden_states: torch.Tensor) -> torch.Tensor:
         """RMSNorm -> SwiGLU -> residual (token-wise: what torch.compile fuses)."""
         return hidden_states + self.mlp(self.post_attention_layernorm(hidden_states))
+
+    def forward_fused(
+        self, normed: torch.Tensor, residual: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """The layer after its input norm, with the fused kernels: (the MLP's output, the residual stream
+        before it); the next layer's input norm (or the final norm) adds the two (``Qwen3Model``)."""
+        attn_out = self.self_attn.forward_fused(normed, cos, sin)
+        norm = self.post_attention_layernorm
+        normed, residual = fused.add_rms_norm(attn_out, residual, norm.weight, norm.eps, "llama")
+        return self.mlp.forward_fused(normed), residual
 
 
 class Qwen3Model(WdeModel):
@@ -201,9 +228,23 @@ class Qwen3Model(WdeModel):
         hidden_states = self.embed_tokens(input_ids)  # [num_tokens, hidden_size]
         # cos, sin [num_tokens, 1, head_size]: once per forward, shared by every layer
         cos, sin = self.rotary_emb.cos_sin(positions, hidden_states.dtype)
+        if fused.fused_kernels_enabled(hidden_states):
+            return self._forward_fused(hidden_states, cos, sin)
         for layer in self.layers:
             hidden_states = layer(hidden_states, cos, sin)
         return self.norm(hidden_states)
+
+    def _forward_fused(
+        self, hidden_states: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor
+    ) -> torch.Tensor:
+        """The layers with the fused kernels (CUDA): each residual add done with the next norm."""
+        residual = torch.zeros_like(hidden_states)  # [num_tokens, hidden_size]
+        for layer in cast(list[Qwen3DecoderLayer], self.layers):
+            norm = layer.input_layernorm
+            normed, residual = fused.add_rms_norm(hidden_states, residual, norm.weight, norm.eps, "llama")
+            hidden_states, residual = layer.forward_fused(normed, residual, cos, sin)
+        normed, _ = fused.add_rms_norm(hidden_states, residual, self.norm.weight, self.norm.eps, "llama")
+        return normed
 
     def compile_blocks(self) -> None:
         """torch.compile each layer's MLP block with dynamic token counts; attention stays eager."""

@@ -39,7 +39,7 @@ def test_options_become_pooling_params() -> None:
 def test_an_unknown_option_is_refused_naming_the_call() -> None:
     with pytest.raises(TypeError, match=r"score\(\) got unexpected keyword argument\(s\) 'normalize'"):
         pooling_params({"normalize": True}, ScoreOptions, "score")
-    with pytest.raises(TypeError, match="'normalise'.*it takes: normalize"):
+    with pytest.raises(TypeError, match=r"'normalise'.*it takes: normalize"):
         pooling_params({"normalise": True}, EncodeOptions, "encode")
 
 

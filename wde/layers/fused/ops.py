@@ -10,7 +10,7 @@ import os
 import torch
 
 from wde.layers.fused import reference
-from wde.layers.fused.reference import Activation, NormFlavour
+from wde.layers.fused.reference import Activation, NormFlavour, QKNorm
 
 DISABLE_VARIABLE = "WDE_FUSED_KERNELS"  # "0": the reference on every device
 
@@ -53,7 +53,7 @@ def qk_norm_rotary(
     num_kv_heads: int,
     cos: torch.Tensor,
     sin: torch.Tensor,
-    norm: tuple[torch.Tensor, torch.Tensor, float, NormFlavour] | None,
+    norm: QKNorm | None,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """q, k, v of a fused projection, q and k normalized (``norm``) and rotated; see
     ``reference.qk_norm_rotary``. The kernel works in place on ``qkv``."""

@@ -15,6 +15,7 @@ import torch.nn.functional as F
 
 NormFlavour = Literal["llama", "gemma"]
 Activation = Literal["silu", "gelu_tanh"]
+QKNorm = tuple[torch.Tensor, torch.Tensor, float, NormFlavour]  # q's weight, k's weight, eps, flavour
 
 
 def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float, flavour: NormFlavour) -> torch.Tensor:
@@ -54,7 +55,7 @@ def qk_norm_rotary(
     num_kv_heads: int,
     cos: torch.Tensor,
     sin: torch.Tensor,
-    norm: tuple[torch.Tensor, torch.Tensor, float, NormFlavour] | None,
+    norm: QKNorm | None,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """A fused q/k/v projection ``qkv`` [num_tokens, (num_heads + 2 * num_kv_heads) * head_size] -> q
     [num_tokens, num_heads, head_size], k and v [num_tokens, num_kv_heads, head_size]: q and k each

@@ -12,7 +12,7 @@ import torch
 import triton
 import triton.language as tl
 
-from wde.layers.fused.reference import Activation, NormFlavour
+from wde.layers.fused.reference import Activation, NormFlavour, QKNorm
 
 
 @triton.jit
@@ -147,7 +147,7 @@ def qk_norm_rotary(
     num_kv_heads: int,
     cos: torch.Tensor,
     sin: torch.Tensor,
-    norm: tuple[torch.Tensor, torch.Tensor, float, NormFlavour] | None,
+    norm: QKNorm | None,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """As ``reference.qk_norm_rotary``, in place: q, k and v are views of ``qkv`` (its rows' last
     dimension contiguous), q and k normalized and rotated where they lie."""
