@@ -37,7 +37,7 @@ PRECISION_NAMES = ("float32", "int8", "uint8", "binary", "ubinary")  # quantized
 INPUT_TYPE_NAMES = ("query", "document")  # the side of a late-interaction model a text is encoded on
 QUERY_EXPANSION_STRATEGY_NAMES = ("fixed", "min")  # sentence-transformers' query_expansion["strategy"]
 # Post-load weight quantization methods (wde.layers.quantization.quantize.QUANTIZERS implements them).
-QUANTIZATION_NAMES = ("int8",)
+QUANTIZATION_NAMES = ("int8", "fp8")
 # Attention backends besides "auto" (wde.layers.attention.selector.BACKENDS implements them).
 ATTENTION_BACKEND_NAMES = ("flash_attn", "xformers", "torch_varlen", "varlen_cpu", "torch_sdpa", "naive")
 
@@ -441,6 +441,16 @@ class EngineConfig:
             raise ValueError(
                 f"quantization 'int8' computes in float32 between its int8 matmuls; dtype {dtype!r} is not "
                 "supported with it: pass --dtype float32 (the CPU default)"
+            )
+        if method == "fp8" and device != "cuda":
+            raise ValueError(
+                f"quantization 'fp8' runs on GPUs with FP8 matrix units only (device {device!r}); on the CPU "
+                "use --quantization int8"
+            )
+        if method == "fp8" and dtype not in ("float16", "bfloat16"):
+            raise ValueError(
+                f"quantization 'fp8' computes in 16 bits between its float8 matmuls; dtype {dtype!r} is not "
+                "supported with it: pass --dtype float16 or bfloat16"
             )
 
 

@@ -160,7 +160,8 @@ class EngineArgs:
     quantization: str | None = flag(
         None,
         help="int8: int8 weights and per-token int8 activations in every block's linear layers (CPU, "
-        "float32; ~2x faster, mean cosine ~0.998 to float32 on all-MiniLM-L6-v2)",
+        "float32; ~2x faster, mean cosine ~0.998 to float32 on all-MiniLM-L6-v2); fp8: float8 e4m3 weights "
+        "and per-token activations there (GPUs of compute capability 8.9 or newer, float16 / bfloat16)",
         choices=QUANTIZATION_NAMES,
     )
     cache_size: float = flag(
@@ -281,13 +282,13 @@ class EngineArgs:
 
     def _resolve_dtype(self, platform: Platform, hf_config: dict[str, Any]) -> str:
         """As given; "auto": the platform's default; "fast": the platform's fast dtype (float32 with int8
-        quantization, which computes in float32 between its int8 matmuls)."""
+        quantization int8, which computes in float32 between its int8 matmuls)."""
         if self.dtype == "auto":
             return platform.default_dtype(hf_config)
         if self.dtype != "fast":
             return self.dtype
-        if self.quantization is not None:
-            dtype, why = "float32", f"quantization {self.quantization!r} computes in float32"
+        if self.quantization == "int8":
+            dtype, why = "float32", "quantization 'int8' computes in float32"
         else:
             dtype, why = platform.fast_dtype(hf_config)
         logger.info("dtype fast -> %s: %s", dtype, why)

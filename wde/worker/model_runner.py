@@ -73,7 +73,7 @@ class ModelRunnerBase:
                     "leave --compile-model off"
                 )
             self.model.compile_blocks()  # compiled on the first batches (the profile run warms it up)
-        elif self.model_config.quantization is not None and self.model.supports_compile_blocks:
+        elif self.model_config.quantization == "int8" and self.model.supports_compile_blocks:
             # int8 blocks gain most when the activation is fused with the next layer's quantization
             self.model.compile_blocks()
         else:

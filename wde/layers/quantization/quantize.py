@@ -14,6 +14,7 @@ from collections.abc import Callable
 
 from torch import nn
 
+from wde.layers.quantization.fp8_linear import Fp8Linear, can_quantize, check_fp8_device
 from wde.layers.quantization.int8_gemm import chosen_gemm
 from wde.layers.quantization.int8_linear import Int8Linear
 
@@ -41,7 +42,19 @@ def quantize_int8(model: nn.Module) -> int:
     return len(linears)
 
 
-QUANTIZERS: dict[str, Callable[[nn.Module], int]] = {"int8": quantize_int8}
+def quantize_fp8(model: nn.Module) -> int:
+    """Swap the block linears whose sizes the FP8 GEMM takes (multiples of 16) for ``Fp8Linear`` in place;
+    returns how many were swapped. Refuses a GPU without FP8 matrix units."""
+    check_fp8_device(next(model.parameters()).device)
+    linears = [
+        (parent, name, linear) for parent, name, linear in block_linears(model) if can_quantize(linear)
+    ]
+    for parent, name, linear in linears:
+        setattr(parent, name, Fp8Linear.from_linear(linear))
+    return len(linears)
+
+
+QUANTIZERS: dict[str, Callable[[nn.Module], int]] = {"int8": quantize_int8, "fp8": quantize_fp8}
 
 
 def quantize_model(model: nn.Module, method: str) -> int:
