@@ -53,6 +53,8 @@ class Fp8Linear(nn.Module):
 
     # whether _scaled_mm writes float16 with row-wise scales here (some versions write only bfloat16)
     float16_output: bool | None = None
+    weight: torch.Tensor  # [out, in] float8 e4m3 (a buffer)
+    weight_scale: torch.Tensor  # [1, out] float32 (a buffer)
 
     def __init__(self, weight: torch.Tensor, weight_scale: torch.Tensor, bias: torch.Tensor | None) -> None:
         super().__init__()
