@@ -1,8 +1,9 @@
 """The GPU bench: wde's tokens/s for each attention backend and each ``--cuda-graph-mode``, in float16 and
 bfloat16, on the bundled all-MiniLM-L6-v2 and on randomly initialized BERT-base and BERT-large models
 (``benchmarks.random_bert``, written to a temporary directory), next to sentence-transformers on the same
-device; then the HTTP server (one text per request at concurrency 64 and 256, 32 texts per request at 64,
-the load from several client processes) against in-process encode.
+device; first the HTTP server (one text per request at concurrency 64 and 256, 32 texts per request at 64,
+the load from several client processes) against in-process encode, then the decoder tables
+(``benchmarks.gpu_decoders``: random Qwen3 decoders, fused kernels and fp8), then the encoders'.
 
     python -m benchmarks.gpu_modes                       # a CUDA machine: the full tables (minutes)
     python -m benchmarks.gpu_modes --device cpu --smoke  # the same code path on a CPU, tiny sizes
@@ -20,14 +21,12 @@ from __future__ import annotations
 
 import argparse
 import os
-import sys
 import tempfile
-import time
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 
+from benchmarks import gpu_decoders
 from benchmarks.dataset import load_texts, shared_data_path
 from benchmarks.gpu_runs import (
     WdeRun,
@@ -36,46 +35,12 @@ from benchmarks.gpu_runs import (
     measure_sentence_transformers,
     measure_wde,
 )
+from benchmarks.gpu_tables import Budget, ModelTable, Row, format_table, one_line, progress
 from benchmarks.random_bert import count_matmul_params, write_random_bert
 
 MODES = ("none", "eager", "lazy", "idle")
 SERVER_CONCURRENCIES = (64, 256)
 TEXTS_PER_BATCHED_REQUEST = 32
-
-
-@dataclass
-class Row:
-    system: str  # "wde <backend>" or the peer's name
-    dtype: str
-    mode: str = "-"
-    startup_s: float | None = None
-    tokens_per_s: float | None = None
-    min_cosine: float | None = None
-    captured: list[int] = field(default_factory=list)
-    note: str = ""  # why the row was skipped or failed
-    ids_tokens_per_s: float | None = None  # from token ids: the engine without its tokenizer
-    busy_share: float | None = None  # the GPU's busy share over the timed passes from text
-
-
-@dataclass
-class ModelTable:
-    label: str
-    path: str
-    num_matmul_params: int
-    rows: list[Row] = field(default_factory=list)
-    peer_tokens_per_s: float | None = None  # the best sentence-transformers row (first dtype)
-
-
-@dataclass
-class Budget:
-    seconds: float
-    start: float = field(default_factory=time.monotonic)
-
-    def spent(self) -> bool:
-        return time.monotonic() - self.start > self.seconds
-
-    def skip_note(self) -> str:
-        return f"skipped: the {self.seconds:.0f} s budget is spent"
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -89,7 +54,13 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--limit", type=int, default=None, help="docs texts (default 2000; smoke 12)")
     parser.add_argument("--repeats", type=int, default=None, help="timed passes per row (default 2; smoke 1)")
     parser.add_argument("--dtypes", nargs="+", default=None, help="default float16 bfloat16 (cpu: float32)")
-    parser.add_argument("--models", nargs="+", default=None, choices=["minilm", "base", "large", "tiny"])
+    parser.add_argument(
+        "--models",
+        nargs="*",
+        default=None,
+        choices=["minilm", "base", "large", "tiny"],
+        help="encoder tables (default minilm base large; smoke minilm tiny; the flag alone: none)",
+    )
     parser.add_argument(
         "--minilm",
         default=os.environ.get("WDE_GPU_MODEL"),
@@ -119,6 +90,7 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         help="wde serve --api-workers for the HTTP rows, a server each (default: 1 4 8 on CUDA, 1 2 on CPU)",
     )
+    gpu_decoders.add_arguments(parser)
     parser.add_argument("--budget-s", type=float, default=330.0, help="rows past this many seconds skip")
     parser.add_argument("--out", default=None, help="also write the markdown report to this file")
     return parser
@@ -128,9 +100,11 @@ def apply_defaults(args: argparse.Namespace) -> None:
     args.limit = args.limit or (12 if args.smoke else 2000)
     args.repeats = args.repeats or (1 if args.smoke else 2)
     args.dtypes = args.dtypes or (["float16", "bfloat16"] if args.device == "cuda" else ["float32"])
-    args.models = args.models or (["minilm", "tiny"] if args.smoke else ["minilm", "base", "large"])
+    if args.models is None:
+        args.models = ["minilm", "tiny"] if args.smoke else ["minilm", "base", "large"]
     args.server_requests = args.server_requests or (16 if args.smoke else 2048)
     args.api_workers = args.api_workers or ([1, 4, 8] if args.device == "cuda" else [1, 2])
+    gpu_decoders.apply_defaults(args)
     if args.minilm is None:
         from wde.engine_args import default_model_path
 
@@ -156,8 +130,12 @@ def main(argv: list[str] | None = None) -> None:
         except Exception as e:  # a report with the failure beats no report
             server_report += [f"## HTTP server: failed: {one_line(e)}", ""]
     write_report(args, lines + server_report)
-    # 3. throughput tables, model by model; the report is rewritten after each (a timeout keeps them)
+    # 3. the decoder tables (issue 51), then the encoders' throughput tables, model by model; the report is
+    #    rewritten after each (a timeout keeps them)
     docs = texts_or_note(args.docs, args.limit, lines)
+    if docs is not None and args.decoders:
+        lines += gpu_decoders.decoder_lines(args, docs, peak, budget)
+        write_report(args, lines + server_report)
     tables: list[ModelTable] = []
     if docs is not None:
         with tempfile.TemporaryDirectory() as scratch:
@@ -172,7 +150,7 @@ def main(argv: list[str] | None = None) -> None:
                     lines += [f"## {model}: failed: {one_line(e)}", ""]
                     continue
                 tables.append(table)
-                lines += format_table(table, peak, args)
+                lines += format_table(table, peak, args.dtypes[0])
                 write_report(args, lines + server_report)
     print(write_report(args, lines + server_report + acceptance_lines(tables, args.dtypes[0], peak)))
 
@@ -182,14 +160,6 @@ def write_report(args: argparse.Namespace, lines: list[str]) -> str:
     if args.out:
         Path(args.out).write_text(report)
     return report
-
-
-def one_line(error: BaseException) -> str:
-    return f"{type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''}"[:300]
-
-
-def progress(line: str) -> None:
-    print(f"gpu_modes: {line}", file=sys.stderr, flush=True)
 
 
 def machine_lines(device: str) -> list[str]:
@@ -282,35 +252,6 @@ def fill_row(row: Row, run: WdeRun, reference: np.ndarray) -> None:
     row.ids_tokens_per_s, row.busy_share = run.ids_tokens_per_s, run.busy_share
     assert run.embeddings is not None
     row.min_cosine = float(cosines(run.embeddings, reference).min())
-
-
-def format_table(table: ModelTable, peak: float, args: argparse.Namespace) -> list[str]:
-    peer = table.peer_tokens_per_s
-    lines = [
-        f"## {table.label}: {table.num_matmul_params / 1e6:.1f}M matmul parameters",
-        "",
-        f"| system | dtype | cuda graphs | start-up s | tokens/s | vs best ST {args.dtypes[0]} "
-        "| % of bf16 matmul peak | min cos vs ST float32 | graphs captured | tokens/s from token ids "
-        "| GPU busy |",
-        "|---|---|---|---|---|---|---|---|---|---|---|",
-    ]
-    for row in table.rows:
-        if row.tokens_per_s is None:
-            lines.append(
-                f"| {row.system} | {row.dtype} | {row.mode} | - | - | - | - | - | {row.note or '-'} | - | - |"
-            )
-            continue
-        startup = f"{row.startup_s:.2f}" if row.startup_s is not None else "-"
-        ratio = f"{row.tokens_per_s / peer:.2f}x" if peer else "-"
-        ceiling = 2 * table.num_matmul_params * row.tokens_per_s / peak
-        cosine = f"{row.min_cosine:.5f}" if row.min_cosine is not None else "-"
-        from_ids = f"{row.ids_tokens_per_s:,.0f}" if row.ids_tokens_per_s is not None else "-"
-        busy = f"{row.busy_share:.0%}" if row.busy_share is not None else "-"
-        lines.append(
-            f"| {row.system} | {row.dtype} | {row.mode} | {startup} | {row.tokens_per_s:,.0f} | {ratio} "
-            f"| {ceiling:.1%} | {cosine} | {row.captured or '-'} | {from_ids} | {busy} |"
-        )
-    return [*lines, ""]
 
 
 def acceptance_lines(tables: list[ModelTable], dtype: str, peak: float | None = None) -> list[str]:

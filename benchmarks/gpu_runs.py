@@ -45,8 +45,11 @@ def release(device: str) -> None:
         print(f"gpu_modes: {allocated:,.0f} MiB still allocated after release", file=sys.stderr, flush=True)
 
 
-def measure_wde(model: str, texts: list[str], repeats: int, device: str, **engine_args: object) -> WdeRun:
-    """Start an engine, encode the texts once untimed (warm-up, lazy captures), then ``repeats`` timed."""
+def measure_wde(
+    model: str, texts: list[str], repeats: int, device: str, from_ids: bool = True, **engine_args: object
+) -> WdeRun:
+    """Start an engine, encode the texts once untimed (warm-up, lazy captures), then ``repeats`` timed; with
+    ``from_ids`` the same again from their token ids."""
     from wde import LLM
 
     synchronize(device)
@@ -63,9 +66,11 @@ def measure_wde(model: str, texts: list[str], repeats: int, device: str, **engin
         encode = llm.encode
         seconds = timed_passes(lambda: encode(texts), repeats)
         busy_share = busy_clock.share() if busy_clock is not None else None
-        prompts = [{"prompt_token_ids": e.token_ids} for e in llm.engine.tokenizer.encode_batch(texts)]
-        llm.encode(prompts)  # warm-up
-        ids_seconds = timed_passes(lambda: encode(prompts), repeats)
+        ids_tokens_per_s = None
+        if from_ids:
+            prompts = [{"prompt_token_ids": e.token_ids} for e in llm.engine.tokenizer.encode_batch(texts)]
+            llm.encode(prompts)  # warm-up
+            ids_tokens_per_s = num_tokens / statistics.median(timed_passes(lambda: encode(prompts), repeats))
         graphs = runner.cuda_graphs
         return WdeRun(
             startup_s=startup_s,
@@ -74,7 +79,7 @@ def measure_wde(model: str, texts: list[str], repeats: int, device: str, **engin
             backend=runner.attn_backend_cls.name,
             captured=sorted(graphs.graphs) if graphs is not None else [],
             embeddings=np.stack([output.embedding for output in outputs]),
-            ids_tokens_per_s=num_tokens / statistics.median(ids_seconds),
+            ids_tokens_per_s=ids_tokens_per_s,
             busy_share=busy_share,
         )
     finally:

@@ -70,7 +70,7 @@ def write_random_bert(directory: Path, size: str, tokenizer_dir: Path, device: s
 
 
 def count_matmul_params(model_dir: Path) -> int:
-    """Parameters of the encoder's layers (not the embedding tables, which do lookups, nor BERT's unused
+    """Parameters of the model's layers (not the embedding tables, which do lookups, nor BERT's unused
     pooler): the P of the forward's ~2 x P FLOPs per token, read from the safetensors headers."""
     import math
 
@@ -80,6 +80,6 @@ def count_matmul_params(model_dir: Path) -> int:
     for path in sorted(model_dir.glob("*.safetensors")):
         with safe_open(str(path), framework="pt") as f:
             for name in f.keys():  # noqa: SIM118 (safe_open has no __iter__)
-                if "embeddings." not in name and "pooler." not in name:
+                if not any(part in name for part in ("embeddings.", "embed_tokens.", "pooler.")):
                     num_params += math.prod(f.get_slice(name).get_shape())
     return num_params

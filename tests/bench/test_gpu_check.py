@@ -15,6 +15,7 @@ import pytest
 import torch
 
 from benchmarks import gpu_check, gpu_modes
+from benchmarks.gpu_tables import Row
 from tests.tiny_models import training_texts
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -88,7 +89,7 @@ def test_bench_smoke_path_on_cpu(tmp_path: Path, data_dir: Path) -> None:
     gpu_modes.main(
         [
             *("--device", "cpu", "--smoke", "--models", "tiny", "--backends", "torch_sdpa", "--no-server"),
-            *("--limit", "6", "--out", str(report), *data_args(data_dir)),
+            *("--decoders", "--limit", "6", "--out", str(report), *data_args(data_dir)),
         ]
     )
     text = report.read_text()
@@ -115,7 +116,7 @@ def test_bench_smoke_path_with_the_server_on_cpu(tmp_path: Path, data_dir: Path)
     gpu_modes.main(
         [
             *("--device", "cpu", "--smoke", "--backends", "torch_sdpa", "--client-processes", "2"),
-            *("--out", str(report), *data_args(data_dir)),
+            *("--decoders", "--out", str(report), *data_args(data_dir)),
         ]
     )
     text = report.read_text()
@@ -145,13 +146,50 @@ def test_gpu_check_code_path_on_cpu(tmp_path: Path, data_dir: Path) -> None:
     report = (out / "gpu-report.md").read_text()
     assert re.search(r"^0 passed, 0 failed, 0 errors, \d+ skipped$", report, re.MULTILINE)
     assert "| wde torch_sdpa | float32 | none |" in report
+    assert "| wde (fused kernels) | float32 | none |" in report  # the decoder table's smoke shape
     assert {"gpu-report.md", "gpu-tests.xml", "gpu-tests.log", "gpu-bench.md", "gpu-bench.log"} <= {
         path.name for path in out.iterdir()
     }
 
 
+def test_decoder_smoke_path_on_cpu(tmp_path: Path, data_dir: Path) -> None:
+    """The tiny Qwen3 decoder: sentence-transformers at each batch size, wde fused (the CPU runs the layers
+    unfused) with the same embeddings, and the GPU-only rows (unfused, fp8) named as such."""
+    report = tmp_path / "bench.md"
+    gpu_modes.main(
+        [
+            *("--device", "cpu", "--smoke", "--models", "--decoders", "qwen3-tiny", "--no-server"),
+            *("--out", str(report), *data_args(data_dir)),
+        ]
+    )
+    text = report.read_text()
+    assert "## qwen3-tiny (random Qwen3)" in text
+    row = next(line for line in text.splitlines() if line.startswith("| wde (fused kernels) | float32 |"))
+    cells = [cell.strip() for cell in row.strip("|").split("|")]
+    assert float(cells[4].replace(",", "")) > 0 and float(cells[7]) >= 0.9999
+    for system in ("wde (unfused)", "wde + fp8"):
+        assert f"| {system} | float32 | none | - | - | - | - | - | GPU only | - | - |" in text
+
+
+def test_decoder_targets_are_read_off_the_tables() -> None:
+    from benchmarks.gpu_decoders import DecoderTable, decoder_target_lines
+
+    table = DecoderTable("qwen3-0.6b (random Qwen3)", "/x", 440_000_000, peer_tokens_per_s=40_000.0)
+    table.rows = [
+        Row("sentence-transformers (batch 256)", "float16", tokens_per_s=40_000.0),
+        Row("wde (fused kernels)", "float16", "lazy", 9.0, 100_000.0, 0.9999),
+        Row("wde + fp8", "float16", "lazy", 9.0, 160_000.0, 0.998),
+    ]
+    table.fp8_min_cosine = 0.9995
+    lines = decoder_target_lines([table], "float16", peak=800e12)
+    assert lines[0] == "## Decoder targets (issue 51)"
+    assert "fused 11.0% of the bf16 matmul peak (target >= 35%: NOT met)" in lines[2]
+    assert "fused 2.50x the best sentence-transformers row (target >= 2x: met)" in lines[3]
+    assert "fp8 1.60x fused float16 (target >= 1.5x: met), min cosine 0.99950" in lines[4]
+
+
 def test_targets_are_read_off_the_tables() -> None:
-    from benchmarks.gpu_modes import ModelTable, Row
+    from benchmarks.gpu_modes import ModelTable
 
     base = ModelTable("BERT-base (random weights)", "/x", 85_000_000, peer_tokens_per_s=100_000.0)
     base.rows = [

@@ -1,0 +1,191 @@
+"""The GPU bench's decoder tables (issue 51): random Qwen3 decoders of Qwen3-Embedding-0.6B's shape and of
+the 4B's cut to 8 layers (``benchmarks.random_decoder``), sentence-transformers at each batch size beside
+wde with its fused kernels, without them (``WDE_FUSED_KERNELS=0``) and with ``--quantization fp8``:
+tokens/s, the share of the bf16 matmul peak, the lowest cosine against sentence-transformers float32, and
+fp8's against wde's own 16-bit embeddings. On a CPU (``--smoke``) the tiny shape runs the code path, float32
+and fused only (the CPU never fuses; fp8 needs a GPU)."""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import tempfile
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from benchmarks.gpu_runs import cosines, measure_sentence_transformers, measure_wde
+from benchmarks.gpu_tables import Budget, ModelTable, Row, format_table, one_line, progress
+from benchmarks.random_bert import count_matmul_params
+from benchmarks.random_decoder import write_random_decoder
+
+
+@dataclass(frozen=True)
+class WdeConfiguration:
+    system: str  # the row's label
+    environment: dict[str, str] = field(default_factory=dict)
+    engine_args: dict[str, object] = field(default_factory=dict)
+    gpu_only: bool = False
+
+
+FUSED = WdeConfiguration("wde (fused kernels)")
+CONFIGURATIONS = (
+    FUSED,
+    WdeConfiguration("wde (unfused)", {"WDE_FUSED_KERNELS": "0"}, gpu_only=True),
+    WdeConfiguration("wde + fp8", engine_args={"quantization": "fp8"}, gpu_only=True),
+)
+
+
+@dataclass
+class DecoderTable(ModelTable):
+    fp8_min_cosine: float | None = None  # wde + fp8 against wde's fused 16-bit embeddings
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--decoders",
+        nargs="*",
+        default=None,
+        help="decoder shapes of benchmarks.random_decoder (default qwen3-0.6b qwen3-4b-cut; smoke "
+        "qwen3-tiny; the flag alone: no decoder tables)",
+    )
+    parser.add_argument("--decoder-limit", type=int, default=None, help="docs texts (default 1000; smoke 6)")
+    parser.add_argument("--decoder-budget-s", type=float, default=150.0, help="the decoder tables' share")
+
+
+def apply_defaults(args: argparse.Namespace) -> None:
+    if args.decoders is None:
+        args.decoders = ["qwen3-tiny"] if args.smoke else ["qwen3-0.6b", "qwen3-4b-cut"]
+    args.decoder_limit = args.decoder_limit or (6 if args.smoke else 1000)
+
+
+def decoder_lines(args: argparse.Namespace, texts: list[str], peak: float, budget: Budget) -> list[str]:
+    """Every decoder shape's table, then the issue's targets read off them."""
+    share = Budget(args.decoder_budget_s)
+    lines: list[str] = []
+    tables: list[DecoderTable] = []
+    with tempfile.TemporaryDirectory() as scratch:
+        for shape in args.decoders:
+            if budget.spent() or share.spent():
+                lines += [f"## {shape}: {(budget if budget.spent() else share).skip_note()}", ""]
+                continue
+            try:
+                path = write_random_decoder(Path(scratch) / shape, shape, Path(args.minilm), args.device)
+                table = DecoderTable(f"{shape} (random Qwen3)", str(path), count_matmul_params(path))
+                run_decoder_table(table, texts[: args.decoder_limit], args, [budget, share])
+            except Exception as e:
+                lines += [f"## {shape}: failed: {one_line(e)}", ""]
+                continue
+            tables.append(table)
+            lines += format_table(table, peak, args.dtypes[0])
+            if table.fp8_min_cosine is not None:
+                lines += [f"fp8 against wde {args.dtypes[0]}: min cosine {table.fp8_min_cosine:.5f}", ""]
+    return lines + decoder_target_lines(tables, args.dtypes[0], peak)
+
+
+def run_decoder_table(
+    table: DecoderTable, texts: list[str], args: argparse.Namespace, budgets: list[Budget]
+) -> None:
+    """The peer at each batch size (its float32 the accuracy reference), then wde's configurations in the
+    first dtype."""
+    dtype = args.dtypes[0]
+    reference = measure_sentence_transformers(table.path, texts, 0, args.device, "float32", 8)
+    for batch_size in args.st_batch_size:
+        peer = measure_sentence_transformers(table.path, texts, args.repeats, args.device, dtype, batch_size)
+        table.peer_tokens_per_s = max(table.peer_tokens_per_s or 0.0, peer.tokens_per_s or 0.0) or None
+        cosine = float(cosines(peer.embeddings, reference.embeddings).min())
+        table.rows.append(
+            Row(
+                f"sentence-transformers (batch {batch_size})",
+                dtype,
+                tokens_per_s=peer.tokens_per_s,
+                min_cosine=cosine,
+            )
+        )
+    fused_embeddings: np.ndarray | None = None
+    mode = "lazy" if args.device == "cuda" else "none"
+    for configuration in CONFIGURATIONS:
+        row = Row(configuration.system, dtype, mode)
+        table.rows.append(row)
+        if configuration.gpu_only and args.device != "cuda":
+            row.note = "GPU only"
+            continue
+        spent = next((budget for budget in budgets if budget.spent()), None)
+        if spent is not None:
+            row.note = spent.skip_note()
+            continue
+        try:
+            with environment(configuration.environment):
+                run = measure_wde(
+                    table.path,
+                    texts,
+                    args.repeats,
+                    args.device,
+                    from_ids=False,
+                    dtype=dtype,
+                    **configuration.engine_args,
+                )
+        except Exception as e:  # a configuration failing is a row of the report, not the end of it
+            row.note = f"failed: {one_line(e)}"
+            progress(f"{table.label} {configuration.system}: {row.note}")
+            continue
+        assert run.embeddings is not None
+        row.startup_s, row.tokens_per_s, row.captured = run.startup_s, run.tokens_per_s, run.captured
+        row.busy_share, row.min_cosine = (
+            run.busy_share,
+            float(cosines(run.embeddings, reference.embeddings).min()),
+        )
+        if configuration is FUSED:
+            fused_embeddings = run.embeddings
+        elif configuration.engine_args.get("quantization") == "fp8" and fused_embeddings is not None:
+            table.fp8_min_cosine = float(cosines(run.embeddings, fused_embeddings).min())
+        progress(f"{table.label} {configuration.system}: {run.tokens_per_s:,.0f} tokens/s")
+
+
+@contextlib.contextmanager
+def environment(variables: dict[str, str]) -> Iterator[None]:
+    saved = {name: os.environ.get(name) for name in variables}
+    os.environ.update(variables)
+    try:
+        yield
+    finally:
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+
+
+def decoder_target_lines(tables: list[DecoderTable], dtype: str, peak: float | None) -> list[str]:
+    """Issue 51's targets on the Qwen3-Embedding-0.6B shape: fused wde >= 35% of the bf16 matmul peak and
+    >= 2x the best sentence-transformers row; fp8 >= 1.5x fused with cosine >= 0.999 against it."""
+    lines: list[str] = []
+    for table in tables:
+        rows = {row.system: row for row in table.rows}
+        fused, fp8 = rows.get(FUSED.system), rows.get("wde + fp8")
+        if "0.6b" not in table.label or fused is None or not fused.tokens_per_s:
+            continue
+        if peak:
+            share = 2 * table.num_matmul_params * fused.tokens_per_s / peak
+            target = f"target >= 35%: {met(share >= 0.35)}"
+            lines.append(f"- {table.label} {dtype}: fused {share:.1%} of the bf16 matmul peak ({target})")
+        if table.peer_tokens_per_s:
+            ratio = fused.tokens_per_s / table.peer_tokens_per_s
+            target = f"target >= 2x: {met(ratio >= 2)}"
+            lines.append(
+                f"- {table.label} {dtype}: fused {ratio:.2f}x the best sentence-transformers row ({target})"
+            )
+        if fp8 is not None and fp8.tokens_per_s and table.fp8_min_cosine is not None:
+            ratio, cosine = fp8.tokens_per_s / fused.tokens_per_s, table.fp8_min_cosine
+            lines.append(
+                f"- {table.label}: fp8 {ratio:.2f}x fused {dtype} (target >= 1.5x: {met(ratio >= 1.5)}), "
+                f"min cosine {cosine:.5f} against it (target >= 0.999: {met(cosine >= 0.999)})"
+            )
+    return ["## Decoder targets (issue 51)", "", *lines, ""] if lines else []
+
+
+def met(condition: bool) -> str:
+    return "met" if condition else "NOT met"
