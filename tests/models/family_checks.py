@@ -54,7 +54,7 @@ def backend_refusal(path: Path, backend_name: str) -> str | None:
     CPU), or None when it can."""
     from wde.layers.attention.layer import attention_specs
     from wde.layers.attention.selector import select_attention_backend
-    from wde.models.registry import resolve_architecture
+    from wde.model_folder.registry import resolve_architecture
     from wde.platforms.cpu import CpuPlatform
 
     hf_config = json.loads((path / "config.json").read_text())

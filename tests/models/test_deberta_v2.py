@@ -223,7 +223,7 @@ def test_cross_encoder_matches_transformers_and_cross_encoder(
 
 
 def test_registry_serves_both_architectures() -> None:
-    from wde.models.registry import MODEL_REGISTRY
+    from wde.model_folder.registry import MODEL_REGISTRY
 
     assert MODEL_REGISTRY["DebertaV2Model"] is DebertaV2Model
     assert MODEL_REGISTRY["DebertaV2ForSequenceClassification"] is DebertaV2ForSequenceClassification

@@ -200,7 +200,7 @@ def test_cross_encoder_matches_transformers_and_cross_encoder(distilbert_ce_dir:
 
 
 def test_registry_serves_both_architectures() -> None:
-    from wde.models.registry import MODEL_REGISTRY
+    from wde.model_folder.registry import MODEL_REGISTRY
 
     assert MODEL_REGISTRY["DistilBertModel"] is DistilBertModel
     assert MODEL_REGISTRY["DistilBertForSequenceClassification"].supported_tasks == ("score",)

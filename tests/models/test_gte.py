@@ -47,11 +47,11 @@ from tests.tiny_models import (
 from wde.engine_args import default_model_path
 from wde.layers.attention.selector import BACKENDS
 from wde.layers.forward_context import set_forward_context
+from wde.model_folder.registry import MODEL_REGISTRY
 from wde.models.gte import GteForSequenceClassification, GteModel, GteRope, check_config, read_rope
-from wde.models.loader import load_model
-from wde.models.registry import MODEL_REGISTRY
 from wde.request import Request
 from wde.worker.input_batch import InputBatch
+from wde.worker.model_loader import load_model
 
 SEED = 380
 CPU = torch.device("cpu")

@@ -49,12 +49,12 @@ from tests.tiny_models import build_xlmr_tokenizer, training_texts
 from wde.config import TaskAdapters
 from wde.inputs import PoolingParams
 from wde.layers.forward_context import set_forward_context
+from wde.model_folder.registry import MODEL_REGISTRY, resolve_architecture
 from wde.models.jina_embeddings_v3 import JinaEmbeddingsV3Model
-from wde.models.loader import load_model
-from wde.models.registry import MODEL_REGISTRY, resolve_architecture
 from wde.models.xlm_roberta import XLMRobertaModel
 from wde.request import Request
 from wde.worker.input_batch import InputBatch
+from wde.worker.model_loader import load_model
 
 SEED = 383
 TASKS = ["retrieval.query", "retrieval.passage", "separation", "classification", "text-matching"]

@@ -56,12 +56,12 @@ from wde.config import TaskAdapters
 from wde.inputs import PoolingParams
 from wde.layers.forward_context import set_forward_context
 from wde.layers.pooler.methods import PoolingMetadata
+from wde.model_folder.registry import MODEL_REGISTRY, resolve_architecture
 from wde.models.jina_embeddings_v3 import JinaEmbeddingsV3ForSequenceClassification
-from wde.models.loader import load_model
-from wde.models.registry import MODEL_REGISTRY, resolve_architecture
 from wde.models.xlm_roberta import XLMRobertaForSequenceClassification
 from wde.request import Request
 from wde.worker.input_batch import InputBatch
+from wde.worker.model_loader import load_model
 
 # the remote code's classifier class (jinaai/xlm-roberta-flash-implementation), as a Jina v3 config names it
 CLASSIFIER_CLASS = f"{REMOTE_CODE}--modeling_xlm_roberta.XLMRobertaForSequenceClassification"

@@ -243,7 +243,7 @@ def test_cross_encoder_matches_transformers_and_cross_encoder(mpnet_ce_dir: Path
 
 
 def test_registry_serves_both_architectures() -> None:
-    from wde.models.registry import MODEL_REGISTRY
+    from wde.model_folder.registry import MODEL_REGISTRY
 
     assert MODEL_REGISTRY["MPNetModel"] is MPNetModel
     assert MODEL_REGISTRY["MPNetForSequenceClassification"].supported_tasks == ("score",)

@@ -52,13 +52,13 @@ from tests.models.test_gte import (
 )
 from tests.tiny_models import BERT_TOKENIZER_FILES, WEIGHT_STD, reference_logits, training_texts
 from wde.engine_args import default_model_path
+from wde.model_folder.registry import MODEL_REGISTRY
 from wde.models.nomic_bert import (
     NomicBertForSequenceClassification,
     NomicBertModel,
     check_config,
     standard_config,
 )
-from wde.models.registry import MODEL_REGISTRY
 
 SEED = 381
 MAX_POSITIONS = 128  # the longest training texts are truncated

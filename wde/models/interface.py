@@ -2,10 +2,11 @@
 class or instance is declared here, with its default; a family overrides what differs and nothing else.
 
 Adding a family: subclass ``WdeModel``, implement ``forward`` and ``load_weights``, override the class
-attributes and methods below that differ from their defaults, and add one line to ``MODEL_REGISTRY``
-(``wde/models/registry.py``). The engine never probes a model with ``getattr`` / ``hasattr``: what a family
-can do beyond the defaults is read from the ``supports_*`` / ``has_*`` attributes, which
-``__init_subclass__`` derives from the methods the family overrides (nothing to keep in step by hand).
+attributes and methods below that differ from their defaults, and add one line to
+``MODEL_REGISTRY`` (``wde/model_folder/registry.py``). The engine never probes a model with ``getattr`` /
+``hasattr``: what a family can do beyond the defaults is read from the ``supports_*`` / ``has_*``
+attributes, which ``__init_subclass__`` derives from the methods the family overrides (nothing to keep in
+step by hand).
 """
 
 from __future__ import annotations

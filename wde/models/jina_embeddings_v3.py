@@ -50,6 +50,7 @@ from wde.layers.forward_context import get_forward_context
 from wde.layers.lora import AdapterRows, EmbeddingLora, LinearLora, TokenAdapters
 from wde.layers.pooler.methods import PoolingMetadata, cls_pool
 from wde.layers.rotary import rotary_self_attention
+from wde.model_folder.model_files import checkpoint_tensor_names, weight_files
 from wde.models.gte import (
     BlockBiases,
     GteAttention,
@@ -61,7 +62,6 @@ from wde.models.gte import (
     refuse_settings,
 )
 from wde.models.interface import WdeModel
-from wde.models.model_files import checkpoint_tensor_names, weight_files
 from wde.models.nomic_bert import FLASH_BLOCK_RENAMES
 from wde.models.weight_names import WeightTarget, load_weights_by_name, strip_prefix
 from wde.models.xlm_roberta import ClassifierHead

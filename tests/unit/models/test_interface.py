@@ -13,8 +13,8 @@ import torch
 
 from wde.config import TASK_NAMES, PoolingConfig
 from wde.layers.pooler.methods import PoolingMetadata
+from wde.model_folder.registry import MODEL_REGISTRY
 from wde.models.interface import WdeModel
-from wde.models.registry import MODEL_REGISTRY
 from wde.output_kinds import OUTPUT_KINDS
 
 REPO = Path(__file__).resolve().parents[3]

@@ -13,8 +13,8 @@ import torch
 from safetensors.torch import save_file
 
 from wde.engine_args import EngineArgs, default_model_path
+from wde.model_folder.model_info import read_model_info
 from wde.models.bert import BertModel
-from wde.models.model_info import read_model_info
 from wde.models.qwen3 import RERANKER_INSTRUCTION, Qwen3ForCausalLM
 
 MINILM = default_model_path()

@@ -14,9 +14,9 @@ from wde.layers.attention.backend import AttentionBackend
 from wde.layers.attention.layer import attention_specs, bind_attention_backend
 from wde.layers.attention.spec import AttentionSpec
 from wde.layers.quantization.quantize import quantize_model
+from wde.model_folder.model_files import check_model_files, weight_files
+from wde.model_folder.registry import resolve_architecture
 from wde.models.interface import WdeModel
-from wde.models.model_files import check_model_files, weight_files
-from wde.models.registry import resolve_architecture
 
 logger = logging.getLogger(__name__)
 

@@ -9,9 +9,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from wde.config import MultiVectorConfig, SparseConfig, config_value
-from wde.models.bge_m3 import SKIPPED_SPECIAL_TOKENS, has_bge_m3_heads, read_bge_m3_heads
+from wde.model_folder.bge_m3 import SKIPPED_SPECIAL_TOKENS, has_bge_m3_heads, read_bge_m3_heads
+from wde.model_folder.st_metadata import SentenceTransformerMetadata
 from wde.models.interface import WdeModel
-from wde.models.st_metadata import SentenceTransformerMetadata
 
 
 @dataclass

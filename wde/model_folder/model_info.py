@@ -24,11 +24,11 @@ from wde.config import (
     max_positions,
     num_labels,
 )
+from wde.model_folder.model_files import check_model_files
+from wde.model_folder.registry import resolve_architecture
+from wde.model_folder.served_outputs import read_served_outputs
+from wde.model_folder.st_metadata import read_st_metadata
 from wde.models.interface import WdeModel
-from wde.models.model_files import check_model_files
-from wde.models.registry import resolve_architecture
-from wde.models.served_outputs import read_served_outputs
-from wde.models.st_metadata import read_st_metadata
 
 # sentence-transformers stores a CrossEncoder's activation as a torch class path in config.json.
 _ST_ACTIVATIONS = {"Sigmoid": "sigmoid", "Softmax": "softmax", "Tanh": "tanh", "Identity": "identity"}
