@@ -161,8 +161,8 @@ def test_layer_kinds_and_rope_bases_from_either_config_spelling(modernbert_dir: 
 
 
 def test_registered_with_its_tasks() -> None:
-    assert MODEL_REGISTRY["ModernBertModel"].supported_tasks == ("embed",)
-    assert MODEL_REGISTRY["ModernBertForSequenceClassification"].supported_tasks == ("score",)
+    assert MODEL_REGISTRY["ModernBertModel"].tasks == ("embed",)
+    assert MODEL_REGISTRY["ModernBertForSequenceClassification"].tasks == ("score",)
 
 
 # ---- through LLM -------------------------------------------------------------------------------------------
