@@ -228,9 +228,9 @@ class ModelConfig:
     multi_vector: MultiVectorConfig | None = None
     # tokens the tokenizer must keep whole (a PyLate ColBERT's [unused0] query prefix): added as special
     added_special_tokens: tuple[str, ...] = ()
-    # rows of the position table no token can use (the family's ``WdeModel.reserved_positions``)
+    # rows of the position table no token can use (the registry entry's ``ModelEntry.reserved_positions``)
     num_reserved_positions: int = 0
-    # LoRA task adapters a request picks by its prompt_name (``WdeModel.task_adapters``); None: none
+    # LoRA task adapters a request picks by its prompt_name (``ModelEntry.task_adapters``); None: none
     task_adapters: TaskAdapters | None = None
 
     @property
@@ -455,7 +455,7 @@ class EngineConfig:
 
 
 def max_positions(hf_config: dict[str, Any], num_reserved_positions: int = 0) -> int:
-    """Usable positions: the table's rows less those the family reserves (``WdeModel.reserved_positions``:
+    """Usable positions: the table's rows less those the family reserves (``ModelEntry.reserved_positions``:
     XLM-RoBERTa style models and MPNet reserve padding_idx + 1)."""
     return int(hf_config.get("max_position_embeddings", 512)) - num_reserved_positions
 

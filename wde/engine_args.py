@@ -1,6 +1,6 @@
 """``EngineArgs``: every engine knob in one flat dataclass (the CLI's flags come from its fields);
 ``create_engine_config()`` combines them with what the model directory says about itself (``ModelInfo``,
-``wde/models/model_info.py``) and with the platform's defaults."""
+``wde/model_folder/model_info.py``) and with the platform's defaults."""
 
 from __future__ import annotations
 
@@ -192,7 +192,7 @@ class EngineArgs:
         return [f.name for f in fields(cls)]
 
     def create_engine_config(self) -> EngineConfig:
-        from wde.models.model_info import read_model_info
+        from wde.model_folder.model_info import read_model_info
         from wde.platforms import get_platform
 
         # 1. the model directory and what it says about itself
@@ -315,8 +315,9 @@ class EngineArgs:
 
     def _resolve_model_path(self) -> tuple[str, str | None]:
         """(the model folder, its Hub commit): a local folder as it is (no commit); a Hub id (ORG/NAME)
-        through the Hugging Face cache (wde/models/hub.py), whose snapshot folder is named by the commit."""
-        from wde.models.hub import read_token_file, resolve_model_path, snapshot_commit
+        through the Hugging Face cache (wde/model_folder/hub.py), whose snapshot folder is named by the
+        commit."""
+        from wde.model_folder.hub import read_token_file, resolve_model_path, snapshot_commit
 
         if self.model is None:
             return default_model_path(), None

@@ -54,13 +54,14 @@ def backend_refusal(path: Path, backend_name: str) -> str | None:
     CPU), or None when it can."""
     from wde.layers.attention.layer import attention_specs
     from wde.layers.attention.selector import select_attention_backend
-    from wde.models.registry import resolve_architecture
+    from wde.model_folder.registry import resolve_architecture
     from wde.platforms.cpu import CpuPlatform
+    from wde.worker.model_loader import model_class
 
     hf_config = json.loads((path / "config.json").read_text())
-    _, model_cls = resolve_architecture(hf_config.get("architectures"), str(path), hf_config)
+    _, entry = resolve_architecture(hf_config.get("architectures"), str(path), hf_config)
     with torch.device("meta"):
-        specs = attention_specs(model_cls(model_cls.standard_config(hf_config)))  # as read_model_info
+        specs = attention_specs(model_class(entry)(entry.standard_config(hf_config)))  # as read_model_info
     try:
         select_attention_backend(backend_name, CpuPlatform(), torch.float32, specs)
     except ValueError as error:

@@ -23,7 +23,7 @@ from tests.models.test_encoders import embeddings, max_abs_diff, run_wde
 from tests.models.tiny_camembert import MAX_POSITIONS, SEED, save_tiny_camembert
 from tests.tiny_models import reference_logits
 from wde.engine_args import EngineArgs
-from wde.models.registry import MODEL_REGISTRY
+from wde.model_folder.registry import MODEL_REGISTRY
 
 FP32_ATOL = 1e-5  # float32: ours vs transformers, batch vs single
 SCORE_ATOL = 1e-4  # scores vs CrossEncoder / transformers

@@ -223,8 +223,9 @@ def test_cross_encoder_matches_transformers_and_cross_encoder(
 
 
 def test_registry_serves_both_architectures() -> None:
-    from wde.models.registry import MODEL_REGISTRY
+    from wde.model_folder.registry import MODEL_REGISTRY
+    from wde.worker.model_loader import model_class
 
-    assert MODEL_REGISTRY["DebertaV2Model"] is DebertaV2Model
-    assert MODEL_REGISTRY["DebertaV2ForSequenceClassification"] is DebertaV2ForSequenceClassification
-    assert DebertaV2ForSequenceClassification.supported_tasks == ("score",)
+    assert model_class(MODEL_REGISTRY["DebertaV2Model"]) is DebertaV2Model
+    classifier = MODEL_REGISTRY["DebertaV2ForSequenceClassification"]
+    assert model_class(classifier) is DebertaV2ForSequenceClassification and classifier.tasks == ("score",)

@@ -200,7 +200,8 @@ def test_cross_encoder_matches_transformers_and_cross_encoder(distilbert_ce_dir:
 
 
 def test_registry_serves_both_architectures() -> None:
-    from wde.models.registry import MODEL_REGISTRY
+    from wde.model_folder.registry import MODEL_REGISTRY
+    from wde.worker.model_loader import model_class
 
-    assert MODEL_REGISTRY["DistilBertModel"] is DistilBertModel
-    assert MODEL_REGISTRY["DistilBertForSequenceClassification"].supported_tasks == ("score",)
+    assert model_class(MODEL_REGISTRY["DistilBertModel"]) is DistilBertModel
+    assert MODEL_REGISTRY["DistilBertForSequenceClassification"].tasks == ("score",)

@@ -23,10 +23,10 @@ from wde.layers.attention.selector import BACKENDS
 from wde.layers.attention.spec import AttentionSpec
 from wde.layers.forward_context import set_forward_context
 from wde.layers.pooler.methods import POOLING_METHODS
-from wde.models.loader import load_model
-from wde.models.registry import MODEL_REGISTRY
+from wde.model_folder.registry import MODEL_REGISTRY
 from wde.request import Request
 from wde.worker.input_batch import InputBatch
+from wde.worker.model_loader import load_model
 
 FP32_ATOL = 1e-5  # float32: ours vs HF, every backend vs naive, batch vs single
 # bfloat16 (8-bit mantissa): |h| reaches ~4, where one ulp is 2**-6 ~ 0.016; allow a few ulps of rounding

@@ -47,11 +47,11 @@ from tests.tiny_models import (
 from wde.engine_args import default_model_path
 from wde.layers.attention.selector import BACKENDS
 from wde.layers.forward_context import set_forward_context
+from wde.model_folder.registry import MODEL_REGISTRY
 from wde.models.gte import GteForSequenceClassification, GteModel, GteRope, check_config, read_rope
-from wde.models.loader import load_model
-from wde.models.registry import MODEL_REGISTRY
 from wde.request import Request
 from wde.worker.input_batch import InputBatch
+from wde.worker.model_loader import load_model, model_class
 
 SEED = 380
 CPU = torch.device("cpu")
@@ -419,11 +419,11 @@ def test_two_unmappable_settings_in_one_line(layout_dirs: dict[str, Path], tmp_p
 
 def test_registered_with_its_tasks() -> None:
     for architecture in ("GteModel", "NewModel", "NewForTokenClassification"):
-        assert MODEL_REGISTRY[architecture] is GteModel
-        assert GteModel.supported_tasks == ("embed",)
+        assert model_class(MODEL_REGISTRY[architecture]) is GteModel
+        assert MODEL_REGISTRY[architecture].tasks == ("embed",)
     for architecture in ("GteForSequenceClassification", "NewForSequenceClassification"):
-        assert MODEL_REGISTRY[architecture] is GteForSequenceClassification
-    assert GteForSequenceClassification.supported_tasks == ("score",)
+        assert model_class(MODEL_REGISTRY[architecture]) is GteForSequenceClassification
+        assert MODEL_REGISTRY[architecture].tasks == ("score",)
     assert GteForSequenceClassification.has_classifier and GteModel.supports_compile_blocks
 
 

@@ -17,7 +17,7 @@ from server import cli
 from tests.hub_cache import NEEDED_FILES, OTHER_FORMATS, hub_environment, save_hub_repo, write_hub_cache
 from wde import LLM
 from wde.engine_args import EngineArgs
-from wde.models.hub import (
+from wde.model_folder.hub import (
     HubModelError,
     looks_like_repo_id,
     needed_files,

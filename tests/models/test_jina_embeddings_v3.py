@@ -49,12 +49,12 @@ from tests.tiny_models import build_xlmr_tokenizer, training_texts
 from wde.config import TaskAdapters
 from wde.inputs import PoolingParams
 from wde.layers.forward_context import set_forward_context
+from wde.model_folder.registry import MODEL_REGISTRY, resolve_architecture
 from wde.models.jina_embeddings_v3 import JinaEmbeddingsV3Model
-from wde.models.loader import load_model
-from wde.models.registry import MODEL_REGISTRY, resolve_architecture
 from wde.models.xlm_roberta import XLMRobertaModel
 from wde.request import Request
 from wde.worker.input_batch import InputBatch
+from wde.worker.model_loader import load_model, model_class
 
 SEED = 383
 TASKS = ["retrieval.query", "retrieval.passage", "separation", "classification", "text-matching"]
@@ -201,12 +201,12 @@ def reference_of(path: Path) -> Path:
 
 # ---- config and routing ------------------------------------------------------------------------------------
 def test_registered_and_routed(dirs: dict[str, Path]) -> None:
-    assert MODEL_REGISTRY["JinaEmbeddingsV3Model"] is JinaEmbeddingsV3Model
-    assert MODEL_REGISTRY["XLMRobertaLoRA"] is JinaEmbeddingsV3Model
+    assert model_class(MODEL_REGISTRY["JinaEmbeddingsV3Model"]) is JinaEmbeddingsV3Model
+    assert model_class(MODEL_REGISTRY["XLMRobertaLoRA"]) is JinaEmbeddingsV3Model
     published = json.loads((dirs["published/base"] / "config.json").read_text())
-    assert resolve_architecture(["XLMRobertaModel"], "p", published)[1] is JinaEmbeddingsV3Model
+    assert model_class(resolve_architecture(["XLMRobertaModel"], "p", published)[1]) is JinaEmbeddingsV3Model
     plain = {"architectures": ["XLMRobertaModel"], "position_embedding_type": "absolute"}
-    assert resolve_architecture(["XLMRobertaModel"], "p", plain)[1] is XLMRobertaModel
+    assert model_class(resolve_architecture(["XLMRobertaModel"], "p", plain)[1]) is XLMRobertaModel
 
 
 def test_unknown_task_is_one_line(dirs: dict[str, Path], tmp_path: Path) -> None:

@@ -56,12 +56,12 @@ from wde.config import TaskAdapters
 from wde.inputs import PoolingParams
 from wde.layers.forward_context import set_forward_context
 from wde.layers.pooler.methods import PoolingMetadata
+from wde.model_folder.registry import MODEL_REGISTRY, resolve_architecture
 from wde.models.jina_embeddings_v3 import JinaEmbeddingsV3ForSequenceClassification
-from wde.models.loader import load_model
-from wde.models.registry import MODEL_REGISTRY, resolve_architecture
 from wde.models.xlm_roberta import XLMRobertaForSequenceClassification
 from wde.request import Request
 from wde.worker.input_batch import InputBatch
+from wde.worker.model_loader import load_model, model_class
 
 # the remote code's classifier class (jinaai/xlm-roberta-flash-implementation), as a Jina v3 config names it
 CLASSIFIER_CLASS = f"{REMOTE_CODE}--modeling_xlm_roberta.XLMRobertaForSequenceClassification"
@@ -110,18 +110,16 @@ def reference(path: Path) -> Path:
 
 # ---- registry and routing ----------------------------------------------------------------------------------
 def test_registered_and_routed(dirs: dict[str, Path]) -> None:
-    assert (
-        MODEL_REGISTRY["JinaEmbeddingsV3ForSequenceClassification"]
-        is JinaEmbeddingsV3ForSequenceClassification
-    )
-    assert JinaEmbeddingsV3ForSequenceClassification.supported_tasks == ("score",)
+    entry = MODEL_REGISTRY["JinaEmbeddingsV3ForSequenceClassification"]
+    assert model_class(entry) is JinaEmbeddingsV3ForSequenceClassification and entry.tasks == ("score",)
     assert JinaEmbeddingsV3ForSequenceClassification.has_classifier
     assert JinaEmbeddingsV3ForSequenceClassification.supports_compile_blocks
     published = json.loads((dirs["published/base"] / "config.json").read_text())
     for name in ("XLMRobertaForSequenceClassification", "RobertaForSequenceClassification"):
-        assert resolve_architecture([name], "p", published)[1] is JinaEmbeddingsV3ForSequenceClassification
+        routed = model_class(resolve_architecture([name], "p", published)[1])
+        assert routed is JinaEmbeddingsV3ForSequenceClassification
         plain = {"architectures": [name], "position_embedding_type": "absolute"}
-        assert resolve_architecture([name], "p", plain)[1] is XLMRobertaForSequenceClassification
+        assert model_class(resolve_architecture([name], "p", plain)[1]) is XLMRobertaForSequenceClassification
 
 
 def test_the_adapters_are_read_from_the_model_directory(dirs: dict[str, Path]) -> None:

@@ -17,8 +17,8 @@ from tests.models.family_checks import assert_close_to_sentence_transformers
 from tests.models.test_encoders import engine_config, max_abs_diff, random_token_ids, run_wde
 from tests.models.tiny_modernbert import LOCAL_ATTENTION, MAX_POSITIONS, save_tiny_modernbert
 from tests.tiny_models import reference_logits
+from wde.model_folder.registry import MODEL_REGISTRY
 from wde.models.modernbert import FULL, SLIDING, layer_types, rope_theta
-from wde.models.registry import MODEL_REGISTRY
 
 FP32_ATOL = 1e-5  # float32: ours vs transformers, batch vs single
 LOGITS_ATOL = 1e-4  # scores vs CrossEncoder
@@ -161,8 +161,8 @@ def test_layer_kinds_and_rope_bases_from_either_config_spelling(modernbert_dir: 
 
 
 def test_registered_with_its_tasks() -> None:
-    assert MODEL_REGISTRY["ModernBertModel"].supported_tasks == ("embed",)
-    assert MODEL_REGISTRY["ModernBertForSequenceClassification"].supported_tasks == ("score",)
+    assert MODEL_REGISTRY["ModernBertModel"].tasks == ("embed",)
+    assert MODEL_REGISTRY["ModernBertForSequenceClassification"].tasks == ("score",)
 
 
 # ---- through LLM -------------------------------------------------------------------------------------------

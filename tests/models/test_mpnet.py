@@ -243,7 +243,8 @@ def test_cross_encoder_matches_transformers_and_cross_encoder(mpnet_ce_dir: Path
 
 
 def test_registry_serves_both_architectures() -> None:
-    from wde.models.registry import MODEL_REGISTRY
+    from wde.model_folder.registry import MODEL_REGISTRY
+    from wde.worker.model_loader import model_class
 
-    assert MODEL_REGISTRY["MPNetModel"] is MPNetModel
-    assert MODEL_REGISTRY["MPNetForSequenceClassification"].supported_tasks == ("score",)
+    assert model_class(MODEL_REGISTRY["MPNetModel"]) is MPNetModel
+    assert MODEL_REGISTRY["MPNetForSequenceClassification"].tasks == ("score",)

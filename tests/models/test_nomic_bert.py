@@ -52,13 +52,10 @@ from tests.models.test_gte import (
 )
 from tests.tiny_models import BERT_TOKENIZER_FILES, WEIGHT_STD, reference_logits, training_texts
 from wde.engine_args import default_model_path
-from wde.models.nomic_bert import (
-    NomicBertForSequenceClassification,
-    NomicBertModel,
-    check_config,
-    standard_config,
-)
-from wde.models.registry import MODEL_REGISTRY
+from wde.model_folder.nomic_bert_config import reserved_positions, standard_config
+from wde.model_folder.registry import MODEL_REGISTRY
+from wde.models.nomic_bert import NomicBertForSequenceClassification, NomicBertModel, check_config
+from wde.worker.model_loader import model_class
 
 SEED = 381
 MAX_POSITIONS = 128  # the longest training texts are truncated
@@ -347,17 +344,18 @@ def test_two_unmappable_settings_in_one_line(layout_dirs: dict[str, Path], tmp_p
 def test_rotary_scaling_serves_the_unscaled_lengths() -> None:
     """With rotary_scaling_factor the remote code rescales past max_trained_positions: wde stops there."""
     published = {**PUBLISHED_CONFIG, "n_embd": 64, "n_head": 4, "n_positions": 8192}
-    assert NomicBertModel.reserved_positions(published) == 0
+    assert reserved_positions(published) == 0
     scaled = {**published, "rotary_scaling_factor": 2}
-    assert NomicBertModel.reserved_positions(scaled) == 8192 - 2048
+    assert reserved_positions(scaled) == 8192 - 2048
 
 
 def test_registered_with_its_tasks() -> None:
     for architecture in ("NomicBertModel", "NomicBertForPreTraining", "NomicBertForMaskedLM"):
-        assert MODEL_REGISTRY[architecture] is NomicBertModel
-    assert MODEL_REGISTRY["NomicBertForSequenceClassification"] is NomicBertForSequenceClassification
-    assert NomicBertModel.supported_tasks == ("embed",) and NomicBertModel.supports_compile_blocks
-    assert NomicBertForSequenceClassification.supported_tasks == ("score",)
+        assert model_class(MODEL_REGISTRY[architecture]) is NomicBertModel
+        assert MODEL_REGISTRY[architecture].tasks == ("embed",)
+    classifier = MODEL_REGISTRY["NomicBertForSequenceClassification"]
+    assert model_class(classifier) is NomicBertForSequenceClassification and classifier.tasks == ("score",)
+    assert NomicBertModel.supports_compile_blocks
     assert NomicBertForSequenceClassification.has_classifier
 
 

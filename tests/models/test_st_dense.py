@@ -16,7 +16,7 @@ import torch
 import wde
 from tests.models.family_checks import assert_close_to_sentence_transformers
 from tests.tiny_models import HIDDEN_SIZE, SEED, WEIGHT_STD, save_tiny_bert
-from wde.models.st_metadata import read_st_metadata
+from wde.model_folder.st_metadata import read_st_metadata
 
 MAX_SEQ_LENGTH = 24
 DENSE_SIZES = (HIDDEN_SIZE, 48, 24)  # 32 -> 48 (tanh) -> 24 (identity, no bias)

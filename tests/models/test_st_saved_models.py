@@ -16,8 +16,8 @@ import wde
 from tests.models.family_checks import assert_close_to_sentence_transformers
 from tests.tiny_models import BERT_TOKENIZER_FILES, SEED, save_tiny_bert, save_tiny_xlmr
 from wde.engine_args import EngineArgs
-from wde.models.model_files import ModelFilesError
-from wde.models.st_metadata import module_kind, read_st_metadata
+from wde.model_folder.model_files import ModelFilesError
+from wde.model_folder.st_metadata import module_kind, read_st_metadata
 
 ATOL = 1e-5
 MAX_SEQ_LENGTH = 24  # below the tiny models' 64 positions, so truncation is the saved setting's

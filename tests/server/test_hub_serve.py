@@ -35,7 +35,7 @@ from tests.server.serve_process import TIMEOUT, serve_process, wde_command
 from wde import LLM
 from wde.engine_args import EngineArgs, default_model_path
 from wde.entrypoints.async_llm_engine import AsyncLLMEngine
-from wde.models.hub import HubModelError, resolve_model_path
+from wde.model_folder.hub import HubModelError, resolve_model_path
 
 REPO_ID = "wde-tests/tiny-bert"
 GATED_ID = "wde-tests/gated-bert"

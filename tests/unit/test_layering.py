@@ -1,7 +1,8 @@
 """The import rules of docs/architecture.md, read from the source (ast): the loop (wde/engine) never imports
 the doors (wde/entrypoints), wde never imports server, the lower layers never import the engine or the
-doors, no import circle among module-level imports of wde/ and server/, and every module of wde/engine/
-and wde/entrypoints/ has a test file of its own (tests/**/test_<module>.py)."""
+doors, the model-folder readers (wde/model_folder) import no family, layer, worker, loop or door, no
+import circle among module-level imports of wde/ and server/, and every module of wde/engine/ and
+wde/entrypoints/ has a test file of its own (tests/**/test_<module>.py)."""
 
 from __future__ import annotations
 
@@ -85,6 +86,12 @@ FORBIDDEN = [
     ("wde.layers", "wde.engine", "layers are below the loop"),
     ("wde.layers", "wde.entrypoints", "layers are below the doors"),
     ("wde.layers", "wde.worker", "layers are below the worker"),
+    # the model-folder readers are torch-free: a family is named by a string the loader imports
+    ("wde.model_folder", "wde.models", "the readers name a family's class (registry.py), never import it"),
+    ("wde.model_folder", "wde.layers", "the readers are below the layers (torch-free)"),
+    ("wde.model_folder", "wde.worker", "the readers are below the worker"),
+    ("wde.model_folder", "wde.engine", "the readers are below the loop"),
+    ("wde.model_folder", "wde.entrypoints", "the readers are below the doors"),
 ]
 
 

@@ -153,8 +153,6 @@ class BertModel(WdeModel):
 class BertForSequenceClassification(WdeModel):
     """Cross-encoder: BERT + pooler (dense, tanh on [CLS]) + classifier -> ``[num_seqs, num_labels]``."""
 
-    supported_tasks = ("score",)
-
     def __init__(self, config: dict[str, Any]) -> None:
         super().__init__(config)
         self.bert = BertModel(config, add_pooler=True)
@@ -205,8 +203,6 @@ class MaskedLMHead(nn.Module):
 class BertForMaskedLM(WdeModel):
     """BERT + its masked-LM head: SPLADE sparse vectors (the head runs only when sparse output is asked for,
     on the pooler's token chunks), or pooled dense vectors of the encoder."""
-
-    supported_outputs = ("sparse", "dense")
 
     def __init__(self, config: dict[str, Any]) -> None:
         super().__init__(config)

@@ -403,7 +403,6 @@ class DebertaV2ForSequenceClassification(WdeModel):
     """Cross-encoder: DeBERTa-v2 + ContextPooler + classifier on the first token ([CLS])
     -> ``[num_seqs, num_labels]``."""
 
-    supported_tasks = ("score",)
     supports_cuda_graphs = False
 
     def __init__(self, config: dict[str, Any]) -> None:

@@ -142,8 +142,6 @@ class DistilBertModel(WdeModel):
 class DistilBertForSequenceClassification(WdeModel):
     """Cross-encoder: DistilBERT + pre_classifier, ReLU, classifier on [CLS] -> ``[num_seqs, num_labels]``."""
 
-    supported_tasks = ("score",)
-
     def __init__(self, config: dict[str, Any]) -> None:
         super().__init__(config)
         self.distilbert = DistilBertModel(config)
@@ -170,8 +168,6 @@ class DistilBertForMaskedLM(WdeModel):
     """DistilBERT + its masked-LM head (vocab_transform, activation, vocab_layer_norm, vocab_projector tied to
     the word embeddings): SPLADE sparse vectors (the head runs on the pooler's token chunks only when sparse
     output is asked for), or pooled dense vectors of the encoder."""
-
-    supported_outputs = ("sparse", "dense")
 
     def __init__(self, config: dict[str, Any]) -> None:
         super().__init__(config)

@@ -18,7 +18,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from wde.config import PoolingConfig, num_labels
+from wde.config import num_labels
 from wde.layers.pooler.methods import PoolingMetadata, cls_pool, mean_pool
 from wde.models.qwen3 import Qwen3Attention, Qwen3Model
 from wde.models.weight_names import WeightTarget
@@ -45,7 +45,6 @@ class EuroBertAttention(Qwen3Attention):
 class EuroBertModel(Qwen3Model):
     """Token embeddings + bidirectional layers + final norm; the last hidden state [num_tokens, hidden]."""
 
-    default_pooling = PoolingConfig(method="mean", normalize=False)
     attention_cls: ClassVar[type[Qwen3Attention]] = EuroBertAttention
 
     def __init__(self, config: dict[str, Any]) -> None:
@@ -63,8 +62,6 @@ class EuroBertForMaskedLM(EuroBertModel):
 
 class EuroBertForSequenceClassification(EuroBertModel):
     """The encoder (``model.`` prefixed), dense -> GELU -> classifier, pooled as ``classifier_pooling``."""
-
-    supported_tasks = ("score",)
 
     def __init__(self, config: dict[str, Any]) -> None:
         super().__init__(config)

@@ -318,7 +318,6 @@ class GteForSequenceClassification(WdeModel):
     """Cross-encoder: GTE + pooler (dense, tanh on the first token) + classifier -> ``[num_seqs, num_labels]``
     (``GteForSequenceClassification`` / the published ``NewForSequenceClassification``)."""
 
-    supported_tasks = ("score",)
     encoder_cls: ClassVar[type[GteModel]] = GteModel  # the encoder inside (NomicBERT's classifier: its own)
 
     def __init__(self, config: dict[str, Any]) -> None:

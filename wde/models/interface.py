@@ -1,11 +1,24 @@
-"""``WdeModel``: the contract between a model family and the engine. Everything the engine reads from a model
-class or instance is declared here, with its default; a family overrides what differs and nothing else.
+"""``WdeModel``: the contract between a model family and the engine's runtime. What the engine reads from a
+model class or instance once it is built is declared here, with its default; a family overrides what differs
+and nothing else. What the model folder's readers need before that (tasks, output kinds, default pooling, an
+LLM reranker's tokens, the config hooks) is the class's entry in ``wde/model_folder/registry.py``, torch-free,
+and nowhere else.
 
-Adding a family: subclass ``WdeModel``, implement ``forward`` and ``load_weights``, override the class
-attributes and methods below that differ from their defaults, and add one line to ``MODEL_REGISTRY``
-(``wde/models/registry.py``). The engine never probes a model with ``getattr`` / ``hasattr``: what a family
-can do beyond the defaults is read from the ``supports_*`` / ``has_*`` attributes, which
-``__init_subclass__`` derives from the methods the family overrides (nothing to keep in step by hand).
+Adding a family:
+
+1. a model file here: subclass ``WdeModel``, implement ``forward`` and ``load_weights``, override the class
+   attributes below that differ (``weight_prefixes``, ``supports_cuda_graphs``) and the optional methods it
+   has (``compile_blocks``, ``compute_logits`` for the score task, ``compute_mlm_logits`` for SPLADE);
+2. one line in ``ENTRIES`` (``wde/model_folder/registry.py``): ``"<Architecture>": ModelEntry(
+   "wde.models.<family>:<Class>", <tasks>, ...)`` with the facts that differ from ``ModelEntry``'s defaults;
+   a config hook whose published configs need one (NomicBERT's names, Jina v3's adapters) goes in a torch-free
+   module beside the registry (``wde/model_folder/nomic_bert_config.py``);
+3. tests against ``transformers`` / sentence-transformers on a tiny random checkpoint (``tests/models/``);
+   ``tests/unit/models/test_interface.py`` checks that the class and its entry agree.
+
+The engine never probes a model with ``getattr`` / ``hasattr``: what a family can do beyond the defaults is
+read from the ``supports_*`` / ``has_*`` attributes, which ``__init_subclass__`` derives from the methods the
+family overrides (nothing to keep in step by hand).
 """
 
 from __future__ import annotations
@@ -16,7 +29,6 @@ from typing import Any, ClassVar
 import torch
 from torch import nn
 
-from wde.config import PoolingConfig, TaskAdapters
 from wde.layers.pooler.methods import PoolingMetadata
 
 
@@ -25,28 +37,8 @@ class WdeModel(nn.Module):
     ``load_weights``, run on flat batches (``[num_tokens]`` ids -> ``[num_tokens, hidden_size]`` states)."""
 
     # ---- declared by the family (class attributes) -----------------------------------------------------
-    supported_tasks: ClassVar[tuple[str, ...]] = ("embed",)
-    """The tasks it serves ("embed", "score"); the first is the default of ``--task auto``."""
-
-    supported_outputs: ClassVar[tuple[str, ...]] = ("dense",)
-    """The embed task's output kinds it can produce (``wde.output_kinds``); model-directory files may add
-    others (BGE-M3's heads, a ColBERT's modules)."""
-
     weight_prefixes: ClassVar[tuple[str, ...]] = ()
     """Checkpoint name prefixes of the base model, stripped on load ("bert.encoder..." -> "encoder...")."""
-
-    default_pooling: ClassVar[PoolingConfig | None] = None
-    """Pooling without sentence-transformers metadata; None: CLS + normalize (a decoder declares "last")."""
-
-    pair_template: ClassVar[str | None] = None
-    """LLM rerankers: the text a (query, document) pair becomes (``str.format`` with instruction=, query=,
-    document=); None: the tokenizer's own pair encoding."""
-
-    score_tokens: ClassVar[tuple[str, ...] | None] = None
-    """LLM rerankers: the tokens whose last-position logits score a pair (e.g. ("no", "yes"))."""
-
-    default_instruction: ClassVar[str | None] = None
-    """LLM rerankers: the ``pair_template``'s {instruction} unless the engine or a request names one."""
 
     supports_cuda_graphs: ClassVar[bool] = True
     """False when ``forward`` lays its batch out from host-side lengths (a graph replay would reuse them)."""
@@ -71,27 +63,6 @@ class WdeModel(nn.Module):
         """Build the layers from ``config.json`` (the engine builds on the meta device: no initialization)."""
         super().__init__()
         self.config = config
-
-    @classmethod
-    def standard_config(cls, hf_config: dict[str, Any]) -> dict[str, Any]:
-        """``config.json`` under transformers' names, which the engine reads (hidden_size,
-        max_position_embeddings, vocab_size, ...): a family whose published configs spell them otherwise
-        (NomicBERT's GPT-2 names) maps them here. Idempotent; by default the config as it is."""
-        return hf_config
-
-    @classmethod
-    def reserved_positions(cls, hf_config: dict[str, Any]) -> int:
-        """Rows of the position table no token can use (RoBERTa-style models number positions from
-        padding_idx + 1): ``max_position_embeddings`` minus this is the longest input."""
-        return 0
-
-    @classmethod
-    def task_adapters(cls, hf_config: dict[str, Any], model_path: str) -> TaskAdapters | None:
-        """The LoRA task adapters a request can pick (``ModelConfig.task_adapters``), read from the model
-        directory before load so that a request naming one the checkpoint lacks is refused at the door; None
-        (the default): the model has none. A family that has them runs each token with its request's adapter
-        (``get_forward_context().adapters``, ``wde/layers/lora.py``)."""
-        return None
 
     # ---- what every family implements -----------------------------------------------------------------
     def forward(

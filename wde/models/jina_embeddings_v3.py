@@ -12,7 +12,8 @@ freely. A request's ``prompt_name`` names both its instruction prompt and its ad
 (sentence-transformers' ``model_kwargs={"default_task": ...}``), else with the base weights, as the remote
 code and sentence-transformers do without a task. A checkpoint without LoRA weights serves the base weights
 and refuses a request naming a task (``PoolingParams.verify``): which adapters a request may name is read
-from the model directory before load (``task_adapters``, into ``ModelConfig.task_adapters``).
+from the model directory before load (``wde/model_folder/jina_v3_config.py``, into
+``ModelConfig.task_adapters``).
 
 Two layouts, one set of parameters:
 
@@ -22,8 +23,8 @@ Two layouts, one set of parameters:
   ``mixer.out_proj``, ``mlp.fc1`` / ``fc2``, ``norm1`` / ``norm2``; every linear and embedding as
   ``<module>.parametrizations.weight.original`` with ``.parametrizations.weight.0.lora_A`` / ``lora_B``
   (``[num_tasks, rank, fan_in]`` / ``[num_tasks, fan_out, rank]``; an embedding's ``[num_tasks, num_rows,
-  rank]`` / ``[num_tasks, rank, dim]``). wde never runs that code; ``registry.resolve_architecture`` routes
-  such a config here, never to the plain XLM-R class.
+  rank]`` / ``[num_tasks, rank, dim]``). wde never runs that code; ``resolve_architecture``
+  (``wde/model_folder/registry.py``) routes such a config here, never to the plain XLM-R class.
 - transformers' (``JinaEmbeddingsV3Model``, ``"model_type": "jina_embeddings_v3"``): saved under the
   published names without the LoRA (transformers reverses its conversion on save), or as its modules name
   them (``layers.N.self_attn.q_proj``, ``post_attention_layernorm``, ``post_mlp_layernorm``, ...).
@@ -44,12 +45,13 @@ from typing import Any
 import torch
 from torch import nn
 
-from wde.config import NO_ADAPTER, TaskAdapters
+from wde.config import NO_ADAPTER
 from wde.layers.activation import get_act_fn
 from wde.layers.forward_context import get_forward_context
 from wde.layers.lora import AdapterRows, EmbeddingLora, LinearLora, TokenAdapters
 from wde.layers.pooler.methods import PoolingMetadata, cls_pool
 from wde.layers.rotary import rotary_self_attention
+from wde.model_folder.jina_v3_config import LORA_TENSOR, served_task
 from wde.models.gte import (
     BlockBiases,
     GteAttention,
@@ -61,15 +63,12 @@ from wde.models.gte import (
     refuse_settings,
 )
 from wde.models.interface import WdeModel
-from wde.models.model_files import checkpoint_tensor_names, weight_files
 from wde.models.nomic_bert import FLASH_BLOCK_RENAMES
 from wde.models.weight_names import WeightTarget, load_weights_by_name, strip_prefix
 from wde.models.xlm_roberta import ClassifierHead
 
 DEFAULT_ROPE_THETA = 20_000.0  # transformers' JinaEmbeddingsV3Config and the published rotary_emb_base
 WEIGHT_PREFIXES: tuple[str, ...] = ("roberta.",)
-# the fields that mark a config.json published for the remote code as Jina's, not a plain XLM-R
-JINA_MARKERS = ("lora_adaptations", "rotary_emb_base")
 _ORIGINAL = re.compile(r"\.parametrizations\.weight\.original$")
 # published names -> GTE's (gte.py then maps transformers' module names and fuses their q / k / v)
 _RENAMES = (
@@ -78,62 +77,9 @@ _RENAMES = (
     (re.compile(r"\.mixer\.Wqkv\."), ".attention.qkv_proj."),
     (re.compile(r"\.mixer\.out_proj\."), ".attention.o_proj."),
 )
-_LORA = re.compile(r"^(.*)\.parametrizations\.weight\.0\.lora_([AB])$")
 
 
 # ---- config ------------------------------------------------------------------------------------------------
-def is_jina_layout(config: dict[str, Any]) -> bool:
-    """A config.json published for the remote code under XLM-R's names, with Jina's RoPE or adapters."""
-    return config.get("position_embedding_type") == "rotary" or any(key in config for key in JINA_MARKERS)
-
-
-def standard_config(config: dict[str, Any]) -> dict[str, Any]:
-    """A published config with its RoPE base as transformers names it (``rope_parameters``); idempotent."""
-    if "rope_parameters" in config or "rotary_emb_base" not in config:
-        return config
-    rope = {"rope_type": "default", "rope_theta": float(config["rotary_emb_base"])}
-    return {**config, "rope_parameters": rope}
-
-
-def served_task(config: dict[str, Any]) -> str | None:
-    """The task adapter of a request that names none: ``default_task`` (None: the base weights)."""
-    task = config.get("default_task")
-    tasks = config.get("lora_adaptations") or []
-    if task is not None and task not in tasks:
-        raise ValueError(
-            f"Jina v3 config.json names default_task {task!r}, which is not one of its lora_adaptations "
-            f"{tasks}; set default_task to one of them, or remove it to serve the base weights"
-        )
-    return task
-
-
-def task_adapters(config: dict[str, Any], tensor_names: Iterable[str]) -> TaskAdapters | None:
-    """The adapters a request can pick: ``lora_adaptations`` where the checkpoint (``tensor_names``) has
-    LoRA weights."""
-    task = served_task(config)
-    has_lora = any(_LORA.match(name) for name in tensor_names)
-    if task is not None and not has_lora:
-        raise ValueError(
-            f"config.json names default_task {task!r} but the checkpoint has no LoRA weights "
-            "(parametrizations...lora_A / lora_B); remove default_task to serve the base weights"
-        )
-    names = tuple(config.get("lora_adaptations") or ())
-    return TaskAdapters(names, task) if names and has_lora else None
-
-
-def tensor_names(model_path: str) -> list[str]:
-    """The checkpoint's tensor names: a safetensors header, else each ``pytorch_model*.bin`` memory-mapped
-    (its tensors are not read)."""
-    names = checkpoint_tensor_names(model_path)
-    if names is not None:
-        return names
-    return [
-        name
-        for path in weight_files(model_path)
-        for name in torch.load(str(path), map_location="cpu", weights_only=True, mmap=True)
-    ]
-
-
 def unsupported_settings(config: dict[str, Any]) -> list[str]:
     """What wde does not implement, as set in ``config`` (none in the published checkpoint)."""
     found = []
@@ -249,14 +195,6 @@ class JinaEmbeddingsV3Model(GteModel):
         self.num_adapters = 0  # the checkpoint's, set by load_weights (0: the base weights for every token)
         self.default_adapter = NO_ADAPTER  # a token's adapter when the batch names none (default_task's)
 
-    @classmethod
-    def standard_config(cls, hf_config: dict[str, Any]) -> dict[str, Any]:
-        return standard_config(hf_config)
-
-    @classmethod
-    def task_adapters(cls, hf_config: dict[str, Any], model_path: str) -> TaskAdapters | None:
-        return task_adapters(hf_config, tensor_names(model_path))
-
     def check_config(self, config: dict[str, Any]) -> None:
         check_config(config)
 
@@ -298,7 +236,7 @@ class JinaEmbeddingsV3Model(GteModel):
     ) -> Iterator[tuple[str, torch.Tensor]]:
         """The checkpoint's tensors, the LoRA ones set aside in ``lora`` under the parameter they adapt."""
         for name, tensor in weights:
-            match = _LORA.match(name)
+            match = LORA_TENSOR.match(name)
             if match is None:
                 yield name, tensor
                 continue
@@ -346,20 +284,10 @@ class JinaEmbeddingsV3ForSequenceClassification(WdeModel):
     """Cross-encoder (transformers' ``JinaEmbeddingsV3ForSequenceClassification``): Jina v3 with its task
     adapters + RoBERTa's head (dense -> tanh -> out_proj on the first token) -> ``[num_seqs, num_labels]``."""
 
-    supported_tasks = ("score",)
-
     def __init__(self, config: dict[str, Any]) -> None:
         super().__init__(config)
         self.roberta = JinaEmbeddingsV3Model(config)
         self.classifier = ClassifierHead(config)
-
-    @classmethod
-    def standard_config(cls, hf_config: dict[str, Any]) -> dict[str, Any]:
-        return standard_config(hf_config)
-
-    @classmethod
-    def task_adapters(cls, hf_config: dict[str, Any], model_path: str) -> TaskAdapters | None:
-        return task_adapters(hf_config, tensor_names(model_path))
 
     def forward(
         self, input_ids: torch.Tensor, positions: torch.Tensor, token_type_ids: torch.Tensor | None = None
@@ -393,7 +321,7 @@ class JinaEmbeddingsV3ForSequenceClassification(WdeModel):
     @staticmethod
     def _head_target(name: str) -> WeightTarget:
         """``classifier.dense.weight`` (or its ``parametrizations.weight.original``) -> ``dense.weight``."""
-        if _LORA.match(name):
+        if LORA_TENSOR.match(name):
             raise ValueError(
                 f"Jina v3 checkpoint has a LoRA tensor on its classification head ({name}); wde adapts the "
                 "encoder only (as the remote code's LoRA wrapper does): merge the head's adapter into its "

@@ -202,8 +202,6 @@ class ModernBertForSequenceClassification(WdeModel):
     """Cross-encoder: ModernBERT, pooled by ``classifier_pooling`` ("cls" or "mean" over the sequence's
     tokens), head, classifier -> ``[num_seqs, num_labels]``."""
 
-    supported_tasks = ("score",)
-
     def __init__(self, config: dict[str, Any]) -> None:
         super().__init__(config)
         pooling = config.get("classifier_pooling", "cls")

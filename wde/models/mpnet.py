@@ -19,14 +19,13 @@ from wde.layers.attention.layer import Attention
 from wde.layers.attention.spec import AttentionSpec
 from wde.layers.forward_context import get_forward_context
 from wde.layers.pooler.methods import PoolingMetadata, cls_pool
+from wde.model_folder.position_tables import MPNET_PADDING_IDX
 from wde.models.bert import BertSelfOutput
 from wde.models.block_compile import compile_each
 from wde.models.interface import WdeModel
 from wde.models.weight_names import WeightTarget, fused_qkv_target, load_weights_by_name
 from wde.models.xlm_roberta import ClassifierHead
 
-# transformers' MPNetEmbeddings fixes padding_idx at 1 whatever config.json says: positions start at 2.
-PADDING_IDX = 1
 # transformers' compute_position_bias buckets with its defaults (32 buckets, distances up to 128), whatever
 # relative_attention_num_buckets says; that key only sizes the table.
 NUM_BUCKETS = 32
@@ -63,7 +62,7 @@ class MPNetEmbeddings(nn.Module):
 
     def forward(self, input_ids: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
         embeddings = self.word_embeddings(input_ids)  # [num_tokens, hidden_size]
-        embeddings = embeddings + self.position_embeddings(positions + PADDING_IDX + 1)
+        embeddings = embeddings + self.position_embeddings(positions + MPNET_PADDING_IDX + 1)
         return self.LayerNorm(embeddings)
 
 
@@ -136,10 +135,6 @@ def mpnet_target(prefixes: tuple[str, ...], hidden_size: int) -> Callable[[str],
 class MPNetModel(WdeModel):
     """Embeddings + encoder; returns the last hidden state ``[num_tokens, hidden_size]``."""
 
-    @classmethod
-    def reserved_positions(cls, hf_config: dict[str, Any]) -> int:
-        return PADDING_IDX + 1  # positions count from padding_idx + 1, as in RoBERTa
-
     def __init__(self, config: dict[str, Any]) -> None:
         super().__init__(config)
         self.embeddings = MPNetEmbeddings(config)
@@ -161,12 +156,6 @@ class MPNetModel(WdeModel):
 
 class MPNetForSequenceClassification(WdeModel):
     """Cross-encoder: MPNet + dense, tanh, out_proj on the first token (<s>) -> ``[num_seqs, num_labels]``."""
-
-    supported_tasks = ("score",)
-
-    @classmethod
-    def reserved_positions(cls, hf_config: dict[str, Any]) -> int:
-        return MPNetModel.reserved_positions(hf_config)
 
     def __init__(self, config: dict[str, Any]) -> None:
         super().__init__(config)

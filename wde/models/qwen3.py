@@ -21,7 +21,6 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from wde.config import PoolingConfig
 from wde.layers.attention.layer import Attention
 from wde.layers.attention.spec import AttentionSpec
 from wde.layers.fused import ops as fused
@@ -207,8 +206,6 @@ class Qwen3DecoderLayer(nn.Module):
 class Qwen3Model(WdeModel):
     """Token embeddings + decoder layers + final norm; returns the last hidden state [num_tokens, hidden]."""
 
-    # Without sentence-transformers metadata, embed as Qwen3-Embedding does: last token, normalized.
-    default_pooling = PoolingConfig(method="last", normalize=True)
     attention_cls: ClassVar[type[Qwen3Attention]] = Qwen3Attention
     """Each layer's attention: what a decoder built on this one (Qwen2, Mistral) replaces."""
 
@@ -271,30 +268,15 @@ class Qwen3Model(WdeModel):
         return load_weights_by_name(self, weights, self.weight_target)
 
 
-# Qwen3-Reranker's prompt (model card): system + user turns, then an assistant turn with an empty think block;
-# the answer's first token is "yes" or "no".
-RERANKER_TEMPLATE = (
-    "<|im_start|>system\nJudge whether the Document meets the requirements based on the Query and the "
-    'Instruct provided. Note that the answer can only be "yes" or "no".<|im_end|>\n<|im_start|>user\n'
-    "<Instruct>: {instruction}\n<Query>: {query}\n<Document>: {document}"
-    "<|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n\n"
-)
-RERANKER_INSTRUCTION = "Given a web search query, retrieve relevant passages that answer the query"
-
-
 class Qwen3ForCausalLM(Qwen3Model):
     """A ``Qwen3ForCausalLM`` checkpoint (``model.`` prefixed, with an ``lm_head`` or tied embeddings).
 
     Task "embed" (the default: Qwen3-Embedding) ignores the lm_head. Task "score" (Qwen3-Reranker) formats
-    each (query, document) pair with ``pair_template`` and scores it with the last position's logits of
-    ``score_tokens``: sigmoid(logit("yes") - logit("no")) = softmax over ("no", "yes"), the model card's
-    score. Only those two rows of the lm_head are kept (``score_token_ids``, resolved by ``read_model_info``).
+    each (query, document) pair with its registry entry's ``LlmReranker`` (``wde/model_folder/
+    llm_reranker.py``) and scores it with the last position's logits of its score tokens: sigmoid(logit("yes")
+    - logit("no")) = softmax over ("no", "yes"), the model card's score. Only those two rows of the lm_head
+    are kept (``score_token_ids``, resolved by ``read_model_info``).
     """
-
-    supported_tasks = ("embed", "score")
-    score_tokens = ("no", "yes")
-    pair_template = RERANKER_TEMPLATE
-    default_instruction = RERANKER_INSTRUCTION
 
     def __init__(self, config: dict[str, Any]) -> None:
         super().__init__(config)

@@ -10,6 +10,7 @@ from torch import nn
 
 from wde.config import num_labels
 from wde.layers.pooler.methods import PoolingMetadata, cls_pool
+from wde.model_folder.position_tables import roberta_reserved_positions
 from wde.models.bert import BertEmbeddings, BertModel
 from wde.models.interface import WdeModel
 from wde.models.weight_names import load_named_weights
@@ -18,12 +19,8 @@ from wde.models.weight_names import load_named_weights
 class XLMRobertaModel(BertModel):
     weight_prefixes = ("roberta.", "model.")
 
-    @classmethod
-    def reserved_positions(cls, hf_config: dict[str, Any]) -> int:
-        return int(hf_config.get("pad_token_id", 1)) + 1  # positions count from padding_idx + 1
-
     def _make_embeddings(self, config: dict[str, Any]) -> BertEmbeddings:
-        return BertEmbeddings(config, position_offset=self.reserved_positions(config))
+        return BertEmbeddings(config, position_offset=roberta_reserved_positions(config))
 
 
 class ClassifierHead(nn.Module):
@@ -40,12 +37,6 @@ class ClassifierHead(nn.Module):
 
 
 class XLMRobertaForSequenceClassification(WdeModel):
-    supported_tasks = ("score",)
-
-    @classmethod
-    def reserved_positions(cls, hf_config: dict[str, Any]) -> int:
-        return XLMRobertaModel.reserved_positions(hf_config)
-
     def __init__(self, config: dict[str, Any]) -> None:
         super().__init__(config)
         self.roberta = XLMRobertaModel(config)

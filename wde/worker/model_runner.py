@@ -18,12 +18,12 @@ from wde.layers.attention.spec import AttentionSpec
 from wde.layers.forward_context import set_forward_context
 from wde.layers.pooler.poolers import POOLERS, Pooler
 from wde.models.interface import WdeModel
-from wde.models.loader import load_model
 from wde.platforms import Platform, get_platform
 from wde.request import Request
 from wde.worker.cuda_graphs import CudaGraphManager
 from wde.worker.input_batch import InputBatch
 from wde.worker.memory_budget import ChosenBudget, MemoryProfile, choose_token_budget
+from wde.worker.model_loader import load_model
 
 logger = logging.getLogger(__name__)
 

@@ -1,10 +1,11 @@
-"""The model contract (``wde/models/interface.py``): every registered class is a ``WdeModel`` whose
-declarations agree with what it implements, and nothing outside ``wde/models/`` probes a model with
-``getattr`` / ``hasattr``."""
+"""The model contract (``wde/models/interface.py``) and the registry (``wde/model_folder/registry.py``): every
+entry names a ``WdeModel`` whose implementation agrees with the entry's facts, and nothing outside
+``wde/models/`` probes a model with ``getattr`` / ``hasattr``."""
 
 from __future__ import annotations
 
 import ast
+import dataclasses
 from pathlib import Path
 from typing import Any
 
@@ -13,9 +14,10 @@ import torch
 
 from wde.config import TASK_NAMES, PoolingConfig
 from wde.layers.pooler.methods import PoolingMetadata
+from wde.model_folder.registry import JINA_ENTRIES_OF_XLM_R_NAMES, MODEL_REGISTRY, ModelEntry
 from wde.models.interface import WdeModel
-from wde.models.registry import MODEL_REGISTRY
 from wde.output_kinds import OUTPUT_KINDS
+from wde.worker.model_loader import model_class
 
 REPO = Path(__file__).resolve().parents[3]
 # Expressions that hold a model class or instance where the engine reads one.
@@ -23,26 +25,46 @@ MODEL_NAMES = {"model", "model_cls", "model_class"}
 MODEL_ATTRIBUTES = {"model", "model_cls", "model_class"}
 
 ARCHITECTURES = sorted(MODEL_REGISTRY)
+# what a registry entry says of its class, under the entry's names and the ones classes used to declare
+ENTRY_FACTS = (
+    *(field.name for field in dataclasses.fields(ModelEntry) if field.name != "class_path"),
+    "supported_tasks",
+    "supported_outputs",
+    "pair_template",
+    "score_tokens",
+    "default_instruction",
+)
 
 
 @pytest.mark.parametrize("architecture", ARCHITECTURES)
 def test_registered_classes_are_wde_models(architecture: str) -> None:
-    assert issubclass(MODEL_REGISTRY[architecture], WdeModel)
+    entry = MODEL_REGISTRY[architecture]
+    model_cls = model_class(entry)
+    assert issubclass(model_cls, WdeModel) and model_cls.__name__ == entry.class_name
 
 
 @pytest.mark.parametrize("architecture", ARCHITECTURES)
-def test_declarations_agree_with_the_implementation(architecture: str) -> None:
-    model_cls = MODEL_REGISTRY[architecture]
-    assert model_cls.supported_tasks and set(model_cls.supported_tasks) <= set(TASK_NAMES) - {"auto"}
-    assert model_cls.supported_outputs and set(model_cls.supported_outputs) <= set(OUTPUT_KINDS)
+def test_the_entry_agrees_with_the_class(architecture: str) -> None:
+    entry = MODEL_REGISTRY[architecture]
+    model_cls = model_class(entry)
+    assert entry.tasks and set(entry.tasks) <= set(TASK_NAMES) - {"auto"}
+    assert entry.outputs and set(entry.outputs) <= set(OUTPUT_KINDS)
     # the score task reads the classifier; SPLADE's sparse output reads the masked-LM head
-    assert model_cls.has_classifier == ("score" in model_cls.supported_tasks)
-    assert model_cls.has_mlm_head == ("sparse" in model_cls.supported_outputs)
+    assert model_cls.has_classifier == ("score" in entry.tasks)
+    assert model_cls.has_mlm_head == ("sparse" in entry.outputs)
     # every family wde serves compiles its blocks (--compile-model, int8)
     assert model_cls.supports_compile_blocks
-    # an LLM reranker declares its tokens and its template together
-    assert (model_cls.score_tokens is None) == (model_cls.pair_template is None)
-    assert model_cls.default_pooling is None or isinstance(model_cls.default_pooling, PoolingConfig)
+    # an LLM reranker scores with its tokens' logits: its class serves the score task with a classifier
+    assert entry.reranker is None or ("score" in entry.tasks and entry.reranker.score_tokens)
+    assert entry.default_pooling is None or isinstance(entry.default_pooling, PoolingConfig)
+    # one source of truth: the class repeats none of its entry's facts (nor their old names)
+    repeated = [name for name in ENTRY_FACTS if hasattr(model_cls, name)]
+    assert repeated == [], f"{model_cls.__name__} declares {repeated}: they belong to its registry entry"
+
+
+def test_jina_routing_names_registered_entries() -> None:
+    assert set(JINA_ENTRIES_OF_XLM_R_NAMES) <= set(MODEL_REGISTRY)
+    assert all(entry in MODEL_REGISTRY.values() for entry in JINA_ENTRIES_OF_XLM_R_NAMES.values())
 
 
 @pytest.mark.parametrize(
@@ -61,6 +83,19 @@ def test_reserved_positions(architecture: str, hf_config: dict[str, Any], expect
     assert MODEL_REGISTRY[architecture].reserved_positions(hf_config) == expected
 
 
+def test_an_entry_names_only_what_differs() -> None:
+    entry = ModelEntry("wde.models.bert:BertModel")
+    assert entry.class_name == "BertModel" and entry.tasks == ("embed",) and entry.outputs == ("dense",)
+    assert entry.default_pooling is None and entry.reranker is None
+    assert entry.standard_config({"n_embd": 4}) == {"n_embd": 4} and entry.reserved_positions({}) == 0
+    assert entry.task_adapters({}, "/nowhere") is None
+
+
+def test_an_entry_naming_something_else_is_refused() -> None:
+    with pytest.raises(TypeError, match=r"wde\.config:ModelConfig is not a WdeModel subclass"):
+        model_class(ModelEntry("wde.config:ModelConfig"))
+
+
 class _Bare(WdeModel):
     """A family that declares only what it must (what the defaults cover is left out)."""
 
@@ -74,8 +109,6 @@ class _Bare(WdeModel):
 
 
 class _Classifier(_Bare):
-    supported_tasks = ("score",)
-
     def compute_logits(self, hidden_states: torch.Tensor, meta: PoolingMetadata) -> torch.Tensor:
         return hidden_states
 
@@ -83,10 +116,7 @@ class _Classifier(_Bare):
 def test_defaults_and_derived_flags() -> None:
     bare = _Bare({"hidden_size": 4})
     assert bare.config == {"hidden_size": 4}
-    assert bare.supported_tasks == ("embed",) and bare.supported_outputs == ("dense",)
-    assert bare.weight_prefixes == ()
-    assert bare.default_pooling is None and bare.pair_template is None and bare.score_tokens is None
-    assert bare.supports_cuda_graphs and bare.reserved_positions({}) == 0
+    assert bare.weight_prefixes == () and bare.supports_cuda_graphs
     assert not (bare.supports_compile_blocks or bare.has_classifier or bare.has_mlm_head)
     assert _Classifier.has_classifier and not _Classifier.has_mlm_head and not WdeModel.has_classifier
 

@@ -13,11 +13,11 @@ import torch
 from safetensors.torch import save_file
 
 from wde.engine_args import EngineArgs, default_model_path
-from wde.models.bert import BertModel
-from wde.models.model_info import read_model_info
-from wde.models.qwen3 import RERANKER_INSTRUCTION, Qwen3ForCausalLM
+from wde.model_folder.llm_reranker import QWEN3_RERANKER
+from wde.model_folder.model_info import read_model_info
 
 MINILM = default_model_path()
+BERT = "wde.models.bert:BertModel"
 
 
 def _model_dir(root: Path, architecture: str, **config: Any) -> str:
@@ -32,7 +32,7 @@ def _model_dir(root: Path, architecture: str, **config: Any) -> str:
 
 def test_the_bundled_sentence_transformer() -> None:
     info = read_model_info(MINILM, MINILM)
-    assert (info.architecture, info.model_cls, info.task) == ("BertModel", BertModel, "embed")
+    assert (info.architecture, info.model_entry.class_path, info.task) == ("BertModel", BERT, "embed")
     assert (info.pooling.method, info.pooling.normalize) == ("mean", True)  # its Pooling + Normalize
     assert info.default_max_model_len == 256  # sentence_bert_config.json max_seq_length
     assert (info.num_reserved_positions, info.max_positions) == (0, 512)
@@ -66,8 +66,8 @@ def test_an_llm_reranker_gets_its_score_tokens_for_the_score_task_only(tmp_path:
     vocabulary = json.loads((Path(MINILM) / "tokenizer.json").read_text(encoding="utf-8"))["model"]["vocab"]
     assert score.hf_config["score_token_ids"] == [vocabulary["no"], vocabulary["yes"]]
     assert score.hf_config["num_labels"] == 1 and "id2label" not in score.hf_config
-    assert score.pair_template == Qwen3ForCausalLM.pair_template
-    assert score.default_instruction == RERANKER_INSTRUCTION
+    assert score.pair_template == QWEN3_RERANKER.pair_template
+    assert score.default_instruction == QWEN3_RERANKER.default_instruction
     assert score.default_score_activation() == "sigmoid"  # one label
 
 

@@ -32,14 +32,14 @@ from typing import Any
 
 from tqdm.auto import tqdm
 
-from wde.models.bge_m3 import COLBERT_FILE, SPARSE_FILE
-from wde.models.model_files import (
+from wde.model_folder.bge_m3 import COLBERT_FILE, SPARSE_FILE
+from wde.model_folder.model_files import (
     FAST_TOKENIZER_FILE,
     SLOW_TOKENIZER_FILES,
     has_tokenizer_files,
     weight_files,
 )
-from wde.models.st_metadata import module_kind
+from wde.model_folder.st_metadata import module_kind
 
 logger = logging.getLogger(__name__)
 
@@ -216,7 +216,7 @@ def _module_folders(snapshot: Path) -> list[str]:
 
 def _refuse_remote_code(repo_id: str, config: dict[str, Any]) -> None:
     """A config.json with ``auto_map`` (modeling code shipped in the repo) for an architecture wde lacks."""
-    from wde.models.registry import MODEL_REGISTRY
+    from wde.model_folder.registry import MODEL_REGISTRY
 
     auto_map = config.get("auto_map")
     architectures = list(config.get("architectures") or [])

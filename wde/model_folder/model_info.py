@@ -1,10 +1,10 @@
 """``read_model_info``: what a local model directory says about itself, for the task it is served with.
 
-It reads ``config.json`` (the architecture -> a ``WdeModel`` class), checks the weight and tokenizer files,
-reads the sentence-transformers modules (pooling, Dense layers, prompts, max_seq_length, a CrossEncoder's
-activation), the sparse / multi-vector heads (``served_outputs.py``), an LLM reranker's score tokens and the
-default lengths. ``EngineArgs.create_engine_config`` then only combines a ``ModelInfo`` with the user's
-flags and the platform.
+It reads ``config.json`` (the architecture -> its ``ModelEntry`` in ``registry.py``: no family is imported,
+nor torch), checks the weight and tokenizer files, reads the sentence-transformers modules (pooling, Dense
+layers, prompts, max_seq_length, a CrossEncoder's activation), the sparse / multi-vector heads
+(``served_outputs.py``), an LLM reranker's score tokens and the default lengths.
+``EngineArgs.create_engine_config`` then only combines a ``ModelInfo`` with the user's flags and the platform.
 """
 
 from __future__ import annotations
@@ -24,11 +24,10 @@ from wde.config import (
     max_positions,
     num_labels,
 )
-from wde.models.interface import WdeModel
-from wde.models.model_files import check_model_files
-from wde.models.registry import resolve_architecture
-from wde.models.served_outputs import read_served_outputs
-from wde.models.st_metadata import read_st_metadata
+from wde.model_folder.model_files import check_model_files
+from wde.model_folder.registry import ModelEntry, resolve_architecture
+from wde.model_folder.served_outputs import read_served_outputs
+from wde.model_folder.st_metadata import read_st_metadata
 
 # sentence-transformers stores a CrossEncoder's activation as a torch class path in config.json.
 _ST_ACTIVATIONS = {"Sigmoid": "sigmoid", "Softmax": "softmax", "Tanh": "tanh", "Identity": "identity"}
@@ -41,8 +40,8 @@ class ModelInfo:
     model_path: str
     tokenizer_path: str
     architecture: str  # the config.json architecture wde serves it as
-    model_cls: type[WdeModel]
-    task: str  # "embed" or "score": the asked one, or the class's first
+    model_entry: ModelEntry  # the class it is served with (by name) and its facts
+    task: str  # "embed" or "score": the asked one, or the entry's first
     # config.json; an LLM reranker's score task adds its score token ids and has one label
     hf_config: dict[str, Any]
     num_reserved_positions: int  # rows of the position table no token can use
@@ -54,12 +53,12 @@ class ModelInfo:
     dense_layers: list[DenseConfig] = field(default_factory=list)  # after pooling, in order
     prompts: dict[str, str] = field(default_factory=dict)
     default_prompt_name: str | None = None
-    pair_template: str | None = None  # score task of an LLM reranker (``WdeModel.pair_template``)
+    pair_template: str | None = None  # score task of an LLM reranker (``ModelEntry.reranker``)
     default_instruction: str | None = None  # the template's {instruction}
     added_special_tokens: tuple[str, ...] = ()  # tokens the tokenizer must keep whole (PyLate's prefixes)
     # a CrossEncoder's activation_fn in config_sentence_transformers.json (a torch class path)
     st_activation_fn: str | None = None
-    # LoRA task adapters a request picks by its prompt_name (``WdeModel.task_adapters``)
+    # LoRA task adapters a request picks by its prompt_name (``ModelEntry.task_adapters``)
     task_adapters: TaskAdapters | None = None
 
     @property
@@ -88,43 +87,43 @@ class ModelInfo:
 
 
 def read_model_info(model_path: str, tokenizer_path: str, task: str = "auto") -> ModelInfo:
-    """``model_path`` / ``tokenizer_path``: local directories (resolved); ``task``: "auto" (the class's first
+    """``model_path`` / ``tokenizer_path``: local directories (resolved); ``task``: "auto" (the entry's first
     supported task), "embed" or "score"."""
     # 1. the architecture and the files it needs
     hf_config = read_hf_config(model_path)
-    architecture, model_cls = resolve_architecture(hf_config.get("architectures"), model_path, hf_config)
-    hf_config = model_cls.standard_config(hf_config)  # the names the engine reads
+    architecture, entry = resolve_architecture(hf_config.get("architectures"), model_path, hf_config)
+    hf_config = entry.standard_config(hf_config)  # the names the engine reads
     check_model_files(model_path, tokenizer_path)
     st_metadata = read_st_metadata(model_path)
     # 2. the task, and what serving it needs from the tokenizer
-    task = resolve_task(task, model_cls, architecture)
-    hf_config = _reranker_config(hf_config, model_cls, task, tokenizer_path)
+    task = resolve_task(task, entry, architecture)
+    hf_config = _reranker_config(hf_config, entry, task, tokenizer_path)
     # 3. outputs, lengths, pooling, scores
-    outputs = read_served_outputs(model_cls, architecture, st_metadata, hf_config, model_path, tokenizer_path)
-    num_reserved_positions = model_cls.reserved_positions(hf_config)
+    outputs = read_served_outputs(entry, architecture, st_metadata, hf_config, model_path, tokenizer_path)
+    num_reserved_positions = entry.reserved_positions(hf_config)
     limit = max_positions(hf_config, num_reserved_positions)
-    is_reranker_score = task == "score" and model_cls.pair_template is not None
+    reranker = entry.reranker if task == "score" else None
     return ModelInfo(
         model_path=model_path,
         tokenizer_path=tokenizer_path,
         architecture=architecture,
-        model_cls=model_cls,
+        model_entry=entry,
         task=task,
         hf_config=hf_config,
         num_reserved_positions=num_reserved_positions,
         default_max_model_len=_default_max_model_len(st_metadata.max_seq_length, model_path, limit),
-        pooling=st_metadata.pooling or _default_pooling(model_cls),
+        pooling=st_metadata.pooling or _default_pooling(entry),
         outputs=outputs.kinds,
         sparse=outputs.sparse,
         multi_vector=outputs.multi_vector,
         dense_layers=st_metadata.dense_layers,
         prompts=st_metadata.prompts,
         default_prompt_name=st_metadata.default_prompt_name,
-        pair_template=model_cls.pair_template if is_reranker_score else None,
-        default_instruction=model_cls.default_instruction if is_reranker_score else None,
+        pair_template=reranker.pair_template if reranker is not None else None,
+        default_instruction=reranker.default_instruction if reranker is not None else None,
         added_special_tokens=_prefix_tokens(tokenizer_path, st_metadata.prefix_tokens),
         st_activation_fn=st_metadata.activation_fn,
-        task_adapters=model_cls.task_adapters(hf_config, model_path),
+        task_adapters=entry.task_adapters(hf_config, model_path),
     )
 
 
@@ -134,9 +133,9 @@ def read_hf_config(model_path: str) -> dict[str, Any]:
     return config
 
 
-def resolve_task(task: str, model_cls: type[WdeModel], architecture: str) -> str:
-    """ "auto" -> the class's first supported task; else the task, if the class serves it."""
-    supported_tasks = model_cls.supported_tasks
+def resolve_task(task: str, entry: ModelEntry, architecture: str) -> str:
+    """ "auto" -> the entry's first supported task; else the task, if its class serves it."""
+    supported_tasks = entry.tasks
     if task == "auto":
         return supported_tasks[0]
     if task not in supported_tasks:
@@ -146,23 +145,24 @@ def resolve_task(task: str, model_cls: type[WdeModel], architecture: str) -> str
     return task
 
 
-def _default_pooling(model_cls: type[WdeModel]) -> PoolingConfig:
+def _default_pooling(entry: ModelEntry) -> PoolingConfig:
     """Without sentence-transformers metadata: the family's own default (a decoder pools its last token),
     else CLS + normalize. A copy: flags may change it."""
-    default = model_cls.default_pooling
+    default = entry.default_pooling
     if default is None:
         return PoolingConfig(method="cls", normalize=True)
     return dataclasses.replace(default)
 
 
 def _reranker_config(
-    hf_config: dict[str, Any], model_cls: type[WdeModel], task: str, tokenizer_path: str
+    hf_config: dict[str, Any], entry: ModelEntry, task: str, tokenizer_path: str
 ) -> dict[str, Any]:
-    """An LLM reranker (a class with ``score_tokens``, e.g. ("no", "yes"), served with task "score") scores
-    with those tokens' logits: their ids go into the config the model is built from, and it has one label."""
-    tokens = model_cls.score_tokens
-    if task != "score" or tokens is None:
+    """An LLM reranker (an entry with a ``reranker``, whose ``score_tokens`` are e.g. ("no", "yes"), served
+    with task "score") scores with those tokens' logits: their ids go into the config the model is built
+    from, and it has one label."""
+    if task != "score" or entry.reranker is None:
         return hf_config
+    tokens = entry.reranker.score_tokens
     from wde.tokenizer import Tokenizer
 
     vocabulary = Tokenizer.from_pretrained(tokenizer_path, max_length=1).backend

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from wde.config import DenseConfig, MultiVectorConfig, PoolingConfig, SparseConfig
-from wde.models.pylate_metadata import apply_pylate_colbert, is_pylate_colbert
+from wde.model_folder.pylate_metadata import apply_pylate_colbert, is_pylate_colbert
 
 _PACKAGE = "sentence_transformers."
 _SUPPORTED_MODULES = (

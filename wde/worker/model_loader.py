@@ -1,7 +1,9 @@
-"""Builds a model from a local HF directory: config.json + model.safetensors (or pytorch_model.bin)."""
+"""Builds a model from a local HF directory: config.json + model.safetensors (or pytorch_model.bin). The class
+is the architecture's registry entry (``wde/model_folder/registry.py``), imported here by its name."""
 
 from __future__ import annotations
 
+import importlib
 import logging
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -14,9 +16,9 @@ from wde.layers.attention.backend import AttentionBackend
 from wde.layers.attention.layer import attention_specs, bind_attention_backend
 from wde.layers.attention.spec import AttentionSpec
 from wde.layers.quantization.quantize import quantize_model
+from wde.model_folder.model_files import check_model_files, weight_files
+from wde.model_folder.registry import ModelEntry, resolve_architecture
 from wde.models.interface import WdeModel
-from wde.models.model_files import check_model_files, weight_files
-from wde.models.registry import resolve_architecture
 
 logger = logging.getLogger(__name__)
 
@@ -35,6 +37,17 @@ def iterate_weights(model_dir: str | Path) -> Iterator[tuple[str, torch.Tensor]]
             yield from torch.load(str(path), map_location="cpu", weights_only=True).items()
 
 
+def model_class(entry: ModelEntry) -> type[WdeModel]:
+    """The ``WdeModel`` subclass an entry names (``"wde.models.bert:BertModel"``), its module imported now."""
+    module_name, class_name = entry.class_path.split(":")
+    model_cls = getattr(importlib.import_module(module_name), class_name)
+    if not (isinstance(model_cls, type) and issubclass(model_cls, WdeModel)):
+        raise TypeError(
+            f"{entry.class_path} is not a WdeModel subclass; fix its entry in wde/model_folder/registry.py"
+        )
+    return model_cls
+
+
 BackendChooser = Callable[[list[AttentionSpec]], type[AttentionBackend]]
 
 
@@ -43,9 +56,10 @@ def load_model(
 ) -> WdeModel:
     """The model with its weights; ``choose_backend(specs)`` picks the attention backend class that every
     layer's spec allows (the model decides its specs: heads, kv heads, head size, causal, windows)."""
-    _, model_cls = resolve_architecture(
+    _, entry = resolve_architecture(
         model_config.hf_config.get("architectures"), model_config.model, model_config.hf_config
     )
+    model_cls = model_class(entry)
     # 1. build without initializing (every weight comes from the checkpoint)
     with torch.device("meta"):
         model = model_cls(model_config.hf_config)

@@ -1,7 +1,7 @@
 """The output kinds a model directory serves (the first is a request's default) and the configuration of
 its sparse and multi-vector heads, from what the folder holds: BGE-M3's head files (dense + sparse +
 multi-vector), a MultiVectorEncoder's modules (ColBERT: multi-vector), a SparseEncoder's ``SpladePooling``
-(sparse), else what the class can (``WdeModel.supported_outputs``)."""
+(sparse), else what the class can (``ModelEntry.outputs``)."""
 
 from __future__ import annotations
 
@@ -9,9 +9,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from wde.config import MultiVectorConfig, SparseConfig, config_value
-from wde.models.bge_m3 import SKIPPED_SPECIAL_TOKENS, has_bge_m3_heads, read_bge_m3_heads
-from wde.models.interface import WdeModel
-from wde.models.st_metadata import SentenceTransformerMetadata
+from wde.model_folder.bge_m3 import SKIPPED_SPECIAL_TOKENS, has_bge_m3_heads, read_bge_m3_heads
+from wde.model_folder.registry import ModelEntry
+from wde.model_folder.st_metadata import SentenceTransformerMetadata
 
 
 @dataclass
@@ -22,7 +22,7 @@ class ServedOutputs:
 
 
 def read_served_outputs(
-    model_cls: type[WdeModel],
+    entry: ModelEntry,
     architecture: str,
     st_metadata: SentenceTransformerMetadata,
     hf_config: dict[str, Any],
@@ -41,7 +41,7 @@ def read_served_outputs(
         return ServedOutputs(
             ("multi_vector",), None, _colbert_config(st_metadata, hidden_size, tokenizer_path)
         )
-    return _splade_outputs(model_cls, architecture, st_metadata, hf_config, model_path)
+    return _splade_outputs(entry, architecture, st_metadata, hf_config, model_path)
 
 
 def _colbert_config(
@@ -81,14 +81,14 @@ def _expansion_token_id(tokenizer_path: str, token: str | None) -> int:
 
 
 def _splade_outputs(
-    model_cls: type[WdeModel],
+    entry: ModelEntry,
     architecture: str,
     st_metadata: SentenceTransformerMetadata,
     hf_config: dict[str, Any],
     model_path: str,
 ) -> ServedOutputs:
     """A SparseEncoder's SpladePooling (sparse output, a masked-LM class), else the class's own kinds."""
-    supported = model_cls.supported_outputs
+    supported = entry.outputs
     kinds = st_metadata.outputs or supported
     missing = [kind for kind in kinds if kind not in supported]
     if missing:
