@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from server.model_registry import ServedModel
+    from server.served_models.model_registry import ServedModel
     from wde.entrypoints.async_llm_engine import AsyncLLMEngine
 
 
