@@ -52,7 +52,7 @@ INSTRUMENTED_FILES = (
     "wde/engine/executor.py",
     "wde/engine/stats.py",
     "wde/engine/llm_engine.py",
-    "server/observability/metrics.py",
+    "server/metrics.py",  # its path at INSTRUMENTATION (server/observability/metrics.py since)
 )
 FORWARD_SUM = re.compile(r"^wde_batch_inference_duration_seconds_sum\{[^}]*\} (\S+)$", re.MULTILINE)
 FORWARD_CPU = re.compile(r"^wde_batch_inference_cpu_seconds_total\{[^}]*\} (\S+)$", re.MULTILINE)
@@ -144,7 +144,8 @@ def baseline_tree(ref: str) -> Iterator[Path]:
     try:
         # server/metrics.py before server/ was grouped by role, server/observability/metrics.py after
         metrics = [path / "server" / "metrics.py", path / "server" / "observability" / "metrics.py"]
-        if not any("wde_batch_inference_cpu_seconds" in file.read_text() for file in metrics if file.is_file()):
+        texts = [file.read_text() for file in metrics if file.is_file()]
+        if not any("wde_batch_inference_cpu_seconds" in text for text in texts):
             patch = subprocess.run(
                 ["git", "show", INSTRUMENTATION, "--", *INSTRUMENTED_FILES],
                 cwd=REPO_ROOT,

@@ -1,5 +1,6 @@
 """One module per route group, each exposing ``router`` (a FastAPI ``APIRouter``); ``server.app`` includes
-every module listed in ``ROUTE_MODULES`` there."""
+every module listed in ``ROUTE_MODULES`` there (``embedding_types.py`` is no route group: the encodings of
+Cohere's ``embedding_types``, beside ``cohere_embed.py`` which uses them)."""
 
 from __future__ import annotations
 
