@@ -5,9 +5,9 @@ naming the two models in turn (a, b, a, b, ...) at a concurrency, against the sa
 
 It serves the bundled model (or --model) twice, under two served names (a models.yaml), so that each swap
 unloads one engine and loads the other; the loads are read from ``wde_model_loads`` on /metrics. The
-longest wait allowed (``SwapTiming.max_wait_bound``, ``server/swap_policy.py``) is worked out from the
-server's own log of the run: its longest load, unload, and drain of the requests in flight on the model that
-yielded. A request's latency is its wait plus its own forward pass and HTTP.
+longest wait allowed (``SwapTiming.max_wait_bound``, ``server/served_models/swap_policy.py``) is worked out
+from the server's own log of the run: its longest load, unload, and drain of the requests in flight on the
+model that yielded. A request's latency is its wait plus its own forward pass and HTTP.
 """
 
 from __future__ import annotations
@@ -29,10 +29,10 @@ from benchmarks.dataset import load_texts, shared_data_path
 from benchmarks.http_load import LoadResult, drive
 from benchmarks.server_load import STARTUP_TIMEOUT_S
 from benchmarks.subprocess_server import free_port, serving
-from server.swap_policy import SwapTiming
+from server.served_models.swap_policy import SwapTiming
 
 NAMES = ("swap-a", "swap-b")
-# the registry's log lines (server/model_registry.py)
+# the registry's log lines (server/served_models/model_registry.py)
 LOADED = re.compile(r"wde\.server: loaded \S+ in ([0-9.]+) s")
 UNLOADED = re.compile(
     r"wde\.server: unloaded \S+ \((\w+)[^)]*\) to load \S+ in ([0-9.]+) s: "

@@ -52,7 +52,7 @@ INSTRUMENTED_FILES = (
     "wde/engine/executor.py",
     "wde/engine/stats.py",
     "wde/engine/llm_engine.py",
-    "server/metrics.py",
+    "server/metrics.py",  # its path at INSTRUMENTATION (server/observability/metrics.py since)
 )
 FORWARD_SUM = re.compile(r"^wde_batch_inference_duration_seconds_sum\{[^}]*\} (\S+)$", re.MULTILINE)
 FORWARD_CPU = re.compile(r"^wde_batch_inference_cpu_seconds_total\{[^}]*\} (\S+)$", re.MULTILINE)
@@ -142,7 +142,10 @@ def baseline_tree(ref: str) -> Iterator[Path]:
     path = Path(f"/tmp/wde-request-cost-{os.getpid()}")
     subprocess.run(["git", "worktree", "add", "--detach", str(path), ref], cwd=REPO_ROOT, check=True)
     try:
-        if "wde_batch_inference_cpu_seconds" not in (path / "server" / "metrics.py").read_text():
+        # server/metrics.py before server/ was grouped by role, server/observability/metrics.py after
+        metrics = [path / "server" / "metrics.py", path / "server" / "observability" / "metrics.py"]
+        texts = [file.read_text() for file in metrics if file.is_file()]
+        if not any("wde_batch_inference_cpu_seconds" in text for text in texts):
             patch = subprocess.run(
                 ["git", "show", INSTRUMENTATION, "--", *INSTRUMENTED_FILES],
                 cwd=REPO_ROOT,

@@ -8,9 +8,9 @@ concurrency, every ``--api-workers`` value against the single-process server in 
 
 Per server and concurrency: requests/s, then CPU-µs per request of each process, read from /proc (utime +
 stime of every thread) for the server's process tree, each process named by its ``comm`` (``wde-supervisor``,
-``wde-engine``, ``wde-api-N``, summed as "api": server/process_cpu.py; the single process is ``server``);
-"beside forward" is the engine process's (or the single server's) CPU less the forward thread's own
-(``wde_batch_inference_cpu_seconds``; the servers run with ``OMP_NUM_THREADS=1``, so that thread is the
+``wde-engine``, ``wde-api-N``, summed as "api": server/observability/process_cpu.py; the single process is
+``server``); "beside forward" is the engine process's (or the single server's) CPU less the forward thread's
+own (``wde_batch_inference_cpu_seconds``; the servers run with ``OMP_NUM_THREADS=1``, so that thread is the
 whole forward); "all" sums every process, and "/ single" divides it by the single-process server's at the
 same concurrency. Before measuring, 64 texts are embedded one per request by every server and compared with
 the single-process server's answers (max |difference|). The load generator (aiohttp, one process by
@@ -37,7 +37,7 @@ from benchmarks.cpu_info import cpu_flags, cpu_model, isa_flags
 from benchmarks.dataset import load_texts, shared_data_path
 from benchmarks.http_load import drive_in_processes
 from benchmarks.subprocess_server import free_port, serving
-from server.process_cpu import cpu_seconds_of
+from server.observability.process_cpu import cpu_seconds_of
 
 STARTUP_TIMEOUT_S = 300.0
 NUM_CHECKED = 64  # texts each server embeds one per request, compared with the single-process server's

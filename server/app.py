@@ -1,16 +1,22 @@
 """``create_app(models, settings)``: the FastAPI application over the served models' ``AsyncLLMEngine``s.
 
 Adding a route group (the rerank routes ``/rerank``, ``/v1/rerank``, ``/v2/rerank`` come this way):
-  1. request / response models in ``server/protocol.py`` (requests subclass ``RequestModel``, so unknown
-     fields are ignored and named in a response header, or 422 under --strict-request-fields; inputs reuse
-     ``parse_inputs`` or their own validator);
+  1. request / response models in the API family's module of ``server/protocols/`` (``tei.py``,
+     ``openai.py``, ``cohere.py``, ``vllm.py``, ``infinity.py``, ``batch.py``; requests subclass
+     ``server/protocols/common.py``'s ``RequestModel``, so unknown fields are ignored and named in a response
+     header, or 422 under --strict-request-fields; inputs reuse ``Inputs`` / ``parse_inputs`` or their own
+     validator);
   2. ``server/routes/rerank.py`` with ``router = APIRouter()``; a handler takes its request model and the
-     ``Request``, calls ``state = get_state(request)``, ``state.check_num_inputs(...)``, holds the model
-     the request names (``async with state.models.use(body.model, SCORE) as model:``, which loads it when
-     --max-loaded-models unloaded it, and routes by task), ``await held_engine(model).rerank(...)``, and
-     returns ``ORJSONResponse(...)``;
-  3. the module added to ``ROUTE_MODULES`` below.
-Handlers only raise; a new exception type (``server/errors.py``) gets its status in
+     ``Request``, calls ``state = get_state(request)`` and ``state.check_num_inputs(...)``, holds the model
+     the request names for as long as it uses its engine (``async with state.models.use(body.model, SCORE)
+     as model:``: 404 for a model not served, loads one that --max-loaded-models unloaded, picks the first
+     model of the route's task for ``model: null``), calls ``await held_engine(model).rerank(...)`` inside
+     that block, reports what it served (``record_usage(request.state, num_inputs, num_tokens)``, for the
+     access log) and returns ``ORJSONResponse(...)``;
+  3. the module added to ``ROUTE_MODULES`` below (a route outside ``/v1/*`` and ``/v2/*`` that is not TEI's:
+     its path in ``server/doors.py``).
+Routes import what is below them (``tests/unit/test_layering.py``'s ``SERVER_FLOORS``), never the launchers
+(``server/launch/``). Handlers only raise; a new exception type (``server/errors.py``) gets its status in
 ``server/error_answers.py``'s ``ERROR_TABLE`` (and in ``TEI_ERROR_TABLE`` / ``COHERE_ERROR_TABLE`` where TEI /
 Cohere answer it differently; ``server/doors.py`` says which routes are TEI's and Cohere's: ``/v1/*`` paths
 get OpenAI's error shape and statuses automatically). Auth, admission (429/503), the payload limit (413),
@@ -32,15 +38,15 @@ from starlette.middleware.cors import CORSMiddleware
 
 import wde
 from server.app_state import AppState
+from server.batches.batch_link import BatchLink
 from server.batches.service import BatchService
 from server.direct_routes import DirectRoutes
-from server.engine_link.batch_link import BatchLink
 from server.engine_link.in_flight import InFlightSlots
 from server.error_answers import install_error_handlers
 from server.middleware.request_pipeline import RequestPipeline
-from server.model_registry import ModelRegistry
+from server.observability.request_trace import record_call
+from server.observability.tracing import Tracing
 from server.openapi import install_openapi
-from server.request_trace import record_call
 from server.responses import ORJSONResponse
 from server.routes import (
     batches,
@@ -63,9 +69,9 @@ from server.routes import (
     similarity,
     tokenize,
 )
+from server.served_models.model_registry import ModelRegistry
+from server.served_models.swap_policy import SwapTiming
 from server.settings import ServerSettings
-from server.swap_policy import SwapTiming
-from server.tracing import Tracing
 from wde.engine_args import EngineArgs
 from wde.entrypoints.async_llm_engine import AsyncLLMEngine
 
@@ -93,9 +99,10 @@ ROUTE_MODULES = (
 
 
 # FastAPI (>= 0.165) traces, measures and logs every request through the process-global OpenTelemetry
-# providers when an application configured them; wde has its own spans (``--otel``, server/tracing.py, on
-# the app's own provider) and Prometheus metrics, so FastAPI's would be a second set (and its per-request
-# check of the providers costs ~4% of a cached /embed's event-loop time). Older FastAPI has no such option.
+# providers when an application configured them; wde has its own spans (``--otel``,
+# server/observability/tracing.py, on the app's own provider) and Prometheus metrics, so FastAPI's would be a
+# second set (and its per-request check of the providers costs ~4% of a cached /embed's event-loop time).
+# Older FastAPI has no such option.
 NO_FASTAPI_TELEMETRY: dict[str, Any] = (
     {"telemetry": {"tracing": False, "metrics": False, "logs": False}}
     if "telemetry" in inspect.signature(FastAPI.__init__).parameters
@@ -114,7 +121,7 @@ def build_app(engine_args: EngineArgs | Sequence[EngineArgs], settings: ServerSe
         settings.max_loaded_models,
         strict_names=settings.strict_model_name,
         swap_timing=SwapTiming.of(settings),
-        freeze_heap=True,  # a server process: server/heap_freeze.py
+        freeze_heap=True,  # a server process: server/process/heap_freeze.py
     )
     return create_app(models, settings)
 
@@ -130,9 +137,10 @@ def create_app(
 ) -> FastAPI:
     """The app over one engine or a ``ModelRegistry``; its lifespan starts the engines (those not started)
     and drains them on shutdown. ``tracing``: OpenTelemetry spans through this tracer (default: as ``--otel``
-    and the ``OTEL_*`` environment say, ``server/tracing.py``). An API worker of ``--api-workers N`` passes
-    its ``metrics`` (forwarded to the engine process), the workers' shared ``in_flight_slots`` and its
-    ``batch_link``: worker 0 runs the Batch API, the others forward its requests there."""
+    and the ``OTEL_*`` environment say, ``server/observability/tracing.py``). An API worker of
+    ``--api-workers N`` passes its ``metrics`` (forwarded to the engine process), the workers' shared
+    ``in_flight_slots`` and its ``batch_link``: worker 0 runs the Batch API, the others forward its requests
+    there."""
     # 1. shared state, metrics and tracing
     settings = (settings or ServerSettings()).with_api_key_file()
     settings.verify()

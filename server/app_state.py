@@ -12,8 +12,8 @@ from starlette.requests import HTTPConnection
 
 from server.engine_link.in_flight import InFlightSlots
 from server.errors import TooManyInputsError
-from server.metrics import ServerMetrics
-from server.model_registry import ModelRegistry, ServedModel
+from server.observability.metrics import ServerMetrics
+from server.served_models.model_registry import ModelRegistry, ServedModel
 from server.settings import ServerSettings
 from wde.entrypoints.async_llm_engine import AsyncLLMEngine
 

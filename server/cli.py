@@ -21,10 +21,10 @@ from collections.abc import Sequence
 from dataclasses import MISSING, fields
 from typing import Any
 
-from server.engine_link.config_process import build_configs, workers_likely
-from server.log_setup import configure_logging, skip_unused_record_fields
-from server.memory_release import limit_malloc_arenas
-from server.openmp_spin import bound_openmp_spin
+from server.process.config_process import build_configs, workers_likely
+from server.process.log_setup import configure_logging, skip_unused_record_fields
+from server.process.memory_release import limit_malloc_arenas
+from server.process.openmp_spin import bound_openmp_spin
 from server.ray_serve.flags import add_ray_serve_flags
 from server.settings import ServerSettings
 from wde.engine_args import EngineArgs
@@ -213,8 +213,8 @@ def serve(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     """Exit 2 with one line for a user error found before anything loads (a flag, the model folder, the
     port); 1 when the model fails to load; 0 after a graceful drain."""
     # 1. settings and the model folders, checked before anything loads or binds (one malloc arena first,
-    #    before any thread: freed heap goes back to the system, server/memory_release.py; OpenMP's idle
-    #    spin bounded before torch loads: server/openmp_spin.py)
+    #    before any thread: freed heap goes back to the system, server/process/memory_release.py; OpenMP's
+    #    idle spin bounded before torch loads: server/process/openmp_spin.py)
     limit_malloc_arenas()
     bound_openmp_spin()
     settings = ServerSettings(**{name: getattr(args, name) for name in ServerSettings.field_names()})
@@ -232,7 +232,7 @@ def serve(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     engine_start = None
     if workers_likely(settings.api_workers) and not args.ray:
         try:
-            from server.engine_link.supervisor import EngineStart
+            from server.launch.supervisor import EngineStart
         except ImportError as e:
             return _startup_error(missing_extra_message(e.name or str(e), "server", "wde serve"))
         engine_start = EngineStart(all_engine_args, settings, args.log_level)
@@ -254,9 +254,9 @@ def serve(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
         engine_args = all_engine_args[0] if len(all_engine_args) == 1 else all_engine_args
         return serve_on_ray(args, functools.partial(build_app, engine_args, settings))
     try:
-        from server.draining_server import serve as serve_http
-        from server.engine_link.supervisor import choose_api_workers, serve_with_workers
-        from server.listener import StartupError
+        from server.launch.draining_server import serve as serve_http
+        from server.launch.supervisor import choose_api_workers, serve_with_workers
+        from server.process.listener import StartupError
     except ImportError as e:
         return _startup_error(missing_extra_message(e.name or str(e), "server", "wde serve"))
     # 3. one process, or API workers in front of an engine process (--api-workers)
@@ -289,7 +289,7 @@ def _served_engine_args(args: argparse.Namespace) -> list[EngineArgs]:
     base = EngineArgs(**{name: getattr(args, name) for name in EngineArgs.field_names() if name != "model"})
     served = [dataclasses.replace(base, model=model) for model in _model_names(args)]
     if args.model_config is not None:
-        from server.models_file import read_models_file
+        from server.served_models.models_file import read_models_file
 
         served += read_models_file(args.model_config, base)
     return served or [base]

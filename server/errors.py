@@ -27,7 +27,7 @@ class BatchDirUnwritableError(Exception):
 
 class BatchOwnerUnavailableError(Exception):
     """--api-workers N: the API worker that runs the Batch API does not answer (restarting, or stopping);
-    the others answer its requests 503 with Retry-After (``server/engine_link/batch_link.py``)."""
+    the others answer its requests 503 with Retry-After (``server/batches/batch_link.py``)."""
 
 
 class ServerDrainingError(Exception):

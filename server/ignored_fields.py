@@ -2,7 +2,7 @@
 huggingface_hub's ``parameters``, langchain's ``options``, Infinity's ``modality``), or refused with 422
 under ``--strict-request-fields``.
 
-The request models (``server.protocol.RequestModel``) report the fields they do not know here; the
+The request models (``server.protocols.common.RequestModel``) report the fields they do not know here; the
 ``RequestPipeline`` opens one ``IgnoredFields`` per HTTP request and lists what was ignored in the
 ``x-wde-ignored-fields`` response header.
 """

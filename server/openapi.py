@@ -17,8 +17,11 @@ from fastapi.openapi.utils import get_openapi
 
 from server.app_state import AppState
 from server.doors import TEI_MODEL_PATHS, Door, door_of
-from server.infinity_protocol import InfinityClassifyRequest
-from server.protocol import CohereErrorResponse, OpenAIErrorResponse, RequestModel, TEIErrorResponse
+from server.protocols.cohere import CohereErrorResponse
+from server.protocols.common import RequestModel
+from server.protocols.infinity import InfinityClassifyRequest
+from server.protocols.openai import OpenAIErrorResponse
+from server.protocols.tei import TEIErrorResponse
 from server.routes.compat import root_bodies
 from wde.config import PRECISION_NAMES, ModelConfig
 from wde.entrypoints.async_llm_engine import AsyncLLMEngine

@@ -94,7 +94,8 @@ class ServerSettings:
     max_loaded_models: int | None = flag(
         None,
         help="several models: at most this many loaded at once; a request for another waits while the least "
-        "recently used one finishes its requests and unloads (swaps go by queue: server/swap_policy.py)",
+        "recently used one finishes its requests and unloads (swaps go by queue: "
+        "server/served_models/swap_policy.py)",
     )
     max_swap_wait: float = flag(
         2.0,
@@ -105,7 +106,7 @@ class ServerSettings:
         1.0,
         help="seconds a model that just loaded serves its requests before a queued model can make it yield "
         "(as long as its load took if longer, at most --max-swap-wait; the longest wait: "
-        "server/swap_policy.py)",
+        "server/served_models/swap_policy.py)",
     )
     otel: bool | None = flag(
         None,

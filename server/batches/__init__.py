@@ -13,4 +13,7 @@ in_progress (a bounded window of lines in flight, each POSTed through the app's 
 priority: ``line_dispatch``), then finalizing (output and error files written from the progress file in
 line order), then completed. On start-up a batch left validating / in_progress / finalizing resumes: lines
 already in its progress file are not run again.
+
+Under ``--api-workers N`` API worker 0 runs the Batch API (``batch_link.py``: its Unix socket) and the others
+forward its requests there (``batch_forwarder.py``, the last step of ``RequestPipeline``).
 """

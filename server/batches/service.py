@@ -39,7 +39,7 @@ class BatchService:
     ) -> None:
         """``runs_elsewhere``: where another process of this server runs the folder's Batch API (an API worker
         of --api-workers N other than the one that runs it: its pipeline forwards the Batch API's requests
-        there, ``server/engine_link/batch_link.py``); start() leaves the folder to it."""
+        there, ``server/batches/batch_link.py``); start() leaves the folder to it."""
         self.folder = folder
         self.runs_elsewhere = runs_elsewhere
         self.folder_lock: FolderLock | None = None  # held from start() to stop()

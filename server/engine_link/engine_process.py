@@ -36,7 +36,6 @@ from typing import Any
 import zmq
 
 from server.engine_link import messages
-from server.engine_link.config_process import build_configs
 from server.engine_link.in_flight import InFlightSlots
 from server.engine_link.messages import (
     Abort,
@@ -54,16 +53,17 @@ from server.engine_link.messages import (
     Submit,
 )
 from server.engine_link.model_turns import ModelTurns
-from server.engine_link.parent_death import end_with_parent
-from server.log_setup import configure_logging
-from server.memory_release import limit_malloc_arenas
-from server.metrics import ServerMetrics
-from server.model_registry import ModelRegistry, ServedModel
-from server.openmp_spin import bound_openmp_spin
-from server.process_cpu import name_process
-from server.ready_line import log_ready
+from server.observability.metrics import ServerMetrics
+from server.observability.process_cpu import name_process
+from server.process.config_process import build_configs
+from server.process.log_setup import configure_logging
+from server.process.memory_release import limit_malloc_arenas
+from server.process.openmp_spin import bound_openmp_spin
+from server.process.parent_death import end_with_parent
+from server.process.ready_line import log_ready
+from server.served_models.model_registry import ModelRegistry, ServedModel
+from server.served_models.swap_policy import SwapTiming
 from server.settings import ServerSettings
-from server.swap_policy import SwapTiming
 from wde.config import EngineConfig
 from wde.engine_args import EngineArgs
 from wde.entrypoints.async_llm_engine import AsyncLLMEngine

@@ -10,8 +10,8 @@ from collections.abc import Sequence
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
 from server.engine_link.client import EngineLink
-from server.metrics import ServerMetrics
-from server.model_registry import ModelRegistry
+from server.observability.metrics import ServerMetrics
+from server.served_models.model_registry import ModelRegistry
 from wde.engine.stats import StepStats
 from wde.outputs import RequestOutput
 

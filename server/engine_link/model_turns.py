@@ -3,9 +3,9 @@
 The API workers send every call to the engine process, whichever model it names, loaded or not. When the
 models take turns (fewer slots than models), each call holds its model through the same ``ModelRegistry``
 queue a single-process server's requests do (``ModelRegistry.hold``; the policy is
-``server/swap_policy.py``): a call for a loaded model goes to its engine at once, one for an unloaded
-model waits in the queue that decides which model loads next, and a model is unloaded only once the calls
-holding it are answered. The registry's queue and swaps run on one event loop of their own (thread
+``server/served_models/swap_policy.py``): a call for a loaded model goes to its engine at once, one for an
+unloaded model waits in the queue that decides which model loads next, and a model is unloaded only once the
+calls holding it are answered. The registry's queue and swaps run on one event loop of their own (thread
 "wde-model-turns"); with every model loaded at once, calls go straight from the input thread to their
 engine and this loop does not exist.
 
@@ -21,7 +21,7 @@ import threading
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
-from server.model_registry import ModelRegistry
+from server.served_models.model_registry import ModelRegistry
 
 if TYPE_CHECKING:
     from server.engine_link.engine_process import LinkedCall

@@ -2,9 +2,9 @@
 applied in this order (outermost first):
 
 1. metrics and the access log: every answer counted and timed by served model (the one the route reached,
-   ``server/reached_model.py``), route template and status (499: client gone before an answer), and logged
-   (``server/access_log.py``); [Starlette's ``CORSMiddleware`` here, with --cors-allow-origins: outside the
-   key check, as a browser's preflight carries no key]
+   ``server/served_models/reached_model.py``), route template and status (499: client gone before an answer),
+   and logged (``server/observability/access_log.py``); [Starlette's ``CORSMiddleware`` here, with
+   --cors-allow-origins: outside the key check, as a browser's preflight carries no key]
 2. the drain cutoff: a request still running when --graceful-timeout ends is cancelled by uvicorn; it is
    answered 503 (with Retry-After) instead of uvicorn's plain-text 500, and counted;
 3. the API key: ``Authorization: Bearer <key>`` on every route but /health and /metrics (401);
@@ -20,7 +20,7 @@ applied in this order (outermost first):
 8. unknown request fields: one ``IgnoredFields`` record per request (``server/ignored_fields.py``), listed in
    the answer's ``x-wde-ignored-fields`` header;
 9. --api-workers N: in a worker that does not run the Batch API, its requests forwarded to the one that does
-   (``server/engine_link/batch_link.py``); in that one, a request forwarded to it is neither admitted nor
+   (``server/batches/batch_link.py``); in that one, a request forwarded to it is neither admitted nor
    counted nor logged again (the worker the client reached did all three).
 
 One middleware rather than one per step: each ASGI layer costs a coroutine and a ``send`` wrapper per
@@ -39,7 +39,6 @@ from typing import TYPE_CHECKING
 from starlette.datastructures import MutableHeaders
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from server.access_log import MAX_ERROR_BODY_BYTES, log_access
 from server.app_state import AppState
 from server.direct_routes import DirectRoutes, replayed_body
 from server.error_answers import error_response
@@ -51,10 +50,11 @@ from server.errors import (
     UnauthorizedError,
 )
 from server.ignored_fields import HEADER, IgnoredFields, current_ignored_fields
-from server.reached_model import CURRENT_REACHED_MODEL, ReachedModel
+from server.observability.access_log import MAX_ERROR_BODY_BYTES, log_access
+from server.served_models.reached_model import CURRENT_REACHED_MODEL, ReachedModel
 
 if TYPE_CHECKING:
-    from server.engine_link.batch_link import BatchLink
+    from server.batches.batch_link import BatchLink
 
 CLIENT_CLOSED = 499  # nginx's convention for a client that disconnected before the answer
 UNMATCHED = "unmatched"  # any path that is no route: one label value, however many paths are probed
@@ -145,9 +145,14 @@ class RequestPipeline:
         self.batch_socket = batch_link.server if batch_link is not None and batch_link.is_owner else None
         self.batch_forwarder = None
         if batch_link is not None and not batch_link.is_owner:
-            from server.engine_link.batch_forwarder import BatchForwarder  # httpx: only where it forwards
+            from server.batches.batch_forwarder import BatchForwarder  # httpx: only where it forwards
+            from server.routes import batches, files
 
-            self.batch_forwarder = BatchForwarder(batch_link.socket_path, settings.retry_after_seconds)
+            self.batch_forwarder = BatchForwarder(
+                batch_link.socket_path,
+                settings.retry_after_seconds,
+                routes=[*files.router.routes, *batches.router.routes],
+            )
 
     # ---- 1. metrics and the access log ---------------------------------------------------------------
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:

@@ -1,8 +1,8 @@
 """``TracingMiddleware`` (added only with tracing on): one SERVER span per HTTP request, continuing the
 caller's trace from its W3C ``traceparent`` / ``tracestate`` headers (the propagators of
 ``OTEL_PROPAGATORS``; W3C trace context by default), with the engine's child spans added when the answer
-has been sent (``server/request_trace.py``). Outermost: the span covers every answer, 401 and 429 included.
-``/health`` and ``/metrics`` are not traced.
+has been sent (``server/observability/request_trace.py``). Outermost: the span covers every answer, 401 and
+429 included. ``/health`` and ``/metrics`` are not traced.
 """
 
 from __future__ import annotations
@@ -13,8 +13,8 @@ from opentelemetry import context, propagate, trace
 from opentelemetry.trace import SpanKind, Status, StatusCode
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from server.request_trace import CURRENT_TRACE, RequestTrace, add_child_spans
-from server.tracing import Tracing
+from server.observability.request_trace import CURRENT_TRACE, RequestTrace, add_child_spans
+from server.observability.tracing import Tracing
 
 CLIENT_CLOSED = 499  # no answer was sent (the client went away), as RequestPipeline counts it
 # Probes and scrapes, every few seconds from every supervisor: not traced (their counts are in /metrics)

@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from types import FrameType
 from typing import Any
 
-from server.listener import StartupError, bind_listener
+from server.process.listener import StartupError, bind_listener
 from server.ray_serve.options import RayServeUserError, ReplicaPlan, plan_replicas
 from server.ray_serve.proxy_errors import PROXY_CALLBACK, PROXY_CALLBACK_ENV
 

@@ -1,12 +1,13 @@
 """One module per route group, each exposing ``router`` (a FastAPI ``APIRouter``); ``server.app`` includes
-every module listed in ``ROUTE_MODULES`` there."""
+every module listed in ``ROUTE_MODULES`` there (``embedding_types.py`` is no route group: the encodings of
+Cohere's ``embedding_types``, beside ``cohere_embed.py`` which uses them)."""
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from server.model_registry import ServedModel
+    from server.served_models.model_registry import ServedModel
     from wde.entrypoints.async_llm_engine import AsyncLLMEngine
 
 

@@ -12,9 +12,9 @@ from server.app_state import get_state
 from server.batches.batch_store import BatchNotFound
 from server.batches.error_answer import error_answer, not_found
 from server.batches.file_store import FileNotFound
-from server.batches.protocol import BatchList, BatchObject, CreateBatchRequest, page
 from server.batches.service import BatchConflictError, get_batches
-from server.protocol import OpenAIErrorResponse
+from server.protocols.batch import BatchList, BatchObject, CreateBatchRequest, page
+from server.protocols.openai import OpenAIErrorResponse
 from server.responses import ORJSONResponse
 
 router = APIRouter(prefix="/v1", tags=["Batch"])

@@ -15,17 +15,17 @@ from typing import Any
 from fastapi import APIRouter, Body, Request
 from pydantic import TypeAdapter
 
-from server.access_log import record_usage
 from server.app_state import get_state
-from server.infinity_protocol import InfinityClassifyRequest, InfinityClassifyResponse
-from server.model_registry import SCORE
-from server.protocol import truncation_of
+from server.observability.access_log import record_usage
+from server.protocols.common import truncation_of
+from server.protocols.infinity import InfinityClassifyRequest, InfinityClassifyResponse
+from server.protocols.vllm import ClassificationRequest, ClassificationResponse
 from server.responses import ORJSONResponse
 from server.routes import held_engine
 from server.routes.compat import validate_body
 from server.routes.predict import label_scores, ranked_labels
 from server.routes.score import vllm_usage
-from server.vllm_protocol import ClassificationRequest, ClassificationResponse
+from server.served_models.model_registry import SCORE
 
 router = APIRouter(tags=["vLLM", "Infinity"])
 

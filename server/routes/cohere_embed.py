@@ -6,8 +6,8 @@ Cohere's fields as wde's: ``input_type`` is a text's side and prompt (``search_q
 of the model named as the input type, case aside, wins: nomic's ``Classification``), ``truncate`` the cut
 (NONE: refuse an over-long input; START: cut its start, TEI's ``truncation_direction`` left; END: its end),
 ``output_dimension`` the Matryoshka ``dimensions``, ``max_tokens`` the cut length (vLLM's
-``truncate_prompt_tokens``), and ``embedding_types`` the encodings (``server/embedding_types.py``). Errors
-answer on Cohere's door (``server/doors.py``): ``{"id", "message"}``, 400 for any body it cannot take.
+``truncate_prompt_tokens``), and ``embedding_types`` the encodings (``server/routes/embedding_types.py``).
+Errors answer on Cohere's door (``server/doors.py``): ``{"id", "message"}``, 400 for any body it cannot take.
 """
 
 from __future__ import annotations
@@ -17,12 +17,10 @@ from typing import Any
 
 from fastapi import APIRouter, Request, Response
 
-from server.access_log import record_usage
 from server.app_state import get_state
-from server.embedding_types import FLOAT, embeddings_by_type
 from server.json_body_route import JsonBodyRoute
-from server.model_registry import EMBED
-from server.protocol import (
+from server.observability.access_log import record_usage
+from server.protocols.cohere import (
     CohereEmbedBody,
     CohereEmbedByTypeResponse,
     CohereEmbedFloatsResponse,
@@ -31,6 +29,8 @@ from server.protocol import (
 )
 from server.responses import ORJSONResponse
 from server.routes import held_engine
+from server.routes.embedding_types import FLOAT, embeddings_by_type
+from server.served_models.model_registry import EMBED
 from wde.config import ModelConfig
 from wde.engine.errors import InputTooLongError
 from wde.entrypoints.task_options import EncodeOptions

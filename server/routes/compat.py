@@ -17,11 +17,10 @@ from fastapi.exceptions import RequestValidationError
 from pydantic import TypeAdapter, ValidationError
 
 from server.app_state import get_state
-from server.protocol import (
-    AnyRerankRequest,
-    CohereRerankRequest,
+from server.protocols.cohere import AnyRerankRequest, CohereRerankRequest
+from server.protocols.openai import EmbeddingRequest
+from server.protocols.tei import (
     EmbedAllRequest,
-    EmbeddingRequest,
     EmbedRequest,
     EmbedSparseRequest,
     PredictRequest,

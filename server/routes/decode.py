@@ -7,7 +7,7 @@ from fastapi import APIRouter, Request
 from starlette.concurrency import run_in_threadpool
 
 from server.app_state import get_state
-from server.protocol import DecodeRequest
+from server.protocols.tei import DecodeRequest
 from server.responses import ORJSONResponse
 from server.routes import held_engine
 

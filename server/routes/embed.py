@@ -6,13 +6,13 @@ from typing import cast
 
 from fastapi import APIRouter, Request
 
-from server.access_log import record_usage
 from server.app_state import get_state
 from server.json_body_route import JsonBodyRoute
-from server.model_registry import EMBED
-from server.protocol import EmbedRequest
+from server.observability.access_log import record_usage
+from server.protocols.tei import EmbedRequest
 from server.responses import ORJSONResponse
 from server.routes import held_engine
+from server.served_models.model_registry import EMBED
 from wde.entrypoints.task_options import EncodeOptions
 from wde.outputs import EmbeddingOutput
 

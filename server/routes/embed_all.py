@@ -7,12 +7,12 @@ from typing import cast
 
 from fastapi import APIRouter, Request, Response
 
-from server.access_log import record_usage
 from server.app_state import get_state
-from server.model_registry import EMBED
-from server.protocol import EmbedAllRequest
+from server.observability.access_log import record_usage
+from server.protocols.tei import EmbedAllRequest
 from server.responses import streamed_json_array
 from server.routes import held_engine
+from server.served_models.model_registry import EMBED
 from wde.entrypoints.task_options import EncodeOptions
 from wde.outputs import MultiVectorOutput
 

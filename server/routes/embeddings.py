@@ -7,9 +7,9 @@ from __future__ import annotations
 from fastapi import APIRouter, Request, Response
 
 from server.app_state import get_state
-from server.infinity_protocol import InfinityModelList, UnversionedEmbeddingRequest
 from server.json_body_route import JsonBodyRoute
-from server.protocol import EmbeddingResponse
+from server.protocols.infinity import InfinityModelList, UnversionedEmbeddingRequest
+from server.protocols.openai import EmbeddingResponse
 from server.responses import ORJSONResponse
 from server.routes import openai
 

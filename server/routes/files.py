@@ -12,9 +12,9 @@ from starlette.responses import FileResponse, Response
 from server.batches.error_answer import not_found
 from server.batches.file_store import FileNotFound
 from server.batches.multipart import FormError, FormField, parse_form
-from server.batches.protocol import FileList, FileObject, page
 from server.batches.service import get_batches
-from server.protocol import OpenAIErrorResponse
+from server.protocols.batch import FileList, FileObject, page
+from server.protocols.openai import OpenAIErrorResponse
 from server.responses import ORJSONResponse
 
 router = APIRouter(prefix="/v1", tags=["Batch"])

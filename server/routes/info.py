@@ -8,12 +8,12 @@ from fastapi import APIRouter, Request
 
 import wde
 from server.app_state import AppState, get_state
-from server.engine_monitor import wedged_reason
 from server.errors import ServerDrainingError
-from server.model_registry import ServedModel
-from server.protocol import HealthResponse, InfoResponse
+from server.observability.engine_monitor import wedged_reason
+from server.protocols.tei import HealthResponse, InfoResponse
 from server.responses import ORJSONResponse
 from server.routes import held_engine
+from server.served_models.model_registry import ServedModel
 from wde.config import ModelConfig
 from wde.entrypoints.engine_thread import EngineDeadError, EngineState, EngineUnavailableError
 from wde.entrypoints.output_precision import BUNDLED

@@ -8,13 +8,13 @@ from typing import Any
 import numpy as np
 from fastapi import APIRouter, Request, Response
 
-from server.access_log import record_usage
 from server.app_state import get_state
 from server.json_body_route import JsonBodyRoute
-from server.model_registry import EMBED
-from server.protocol import EmbeddingRequest, EmbeddingResponse, ModelList
+from server.observability.access_log import record_usage
+from server.protocols.openai import EmbeddingRequest, EmbeddingResponse, ModelList
 from server.responses import ORJSONResponse, dumps, streamed_json_array
 from server.routes import held_engine
+from server.served_models.model_registry import EMBED
 from wde.config import ModelConfig
 from wde.entrypoints.task_options import EncodeOptions
 from wde.outputs import CombinedEmbeddingOutput, EmbeddingOutput, MultiVectorOutput, SparseEmbeddingOutput

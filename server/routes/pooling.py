@@ -13,15 +13,15 @@ from typing import Any, cast
 import numpy as np
 from fastapi import APIRouter, Request
 
-from server.access_log import record_usage
 from server.app_state import get_state
 from server.errors import UnpairedFieldsError
-from server.protocol import truncation_of
+from server.observability.access_log import record_usage
+from server.protocols.common import truncation_of
+from server.protocols.vllm import PoolingRequest, PoolingResponse
 from server.responses import ORJSONResponse
 from server.routes import held_engine
 from server.routes.predict import label_scores
 from server.routes.score import vllm_usage
-from server.vllm_protocol import PoolingRequest, PoolingResponse
 from wde.entrypoints.task_options import EncodeOptions
 from wde.outputs import EmbeddingOutput, MultiVectorOutput
 

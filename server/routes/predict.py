@@ -11,12 +11,12 @@ from typing import Any
 import numpy as np
 from fastapi import APIRouter, Request
 
-from server.access_log import record_usage
 from server.app_state import get_state
-from server.model_registry import SCORE
-from server.protocol import Prediction, PredictRequest
+from server.observability.access_log import record_usage
+from server.protocols.tei import Prediction, PredictRequest
 from server.responses import ORJSONResponse
 from server.routes import held_engine
+from server.served_models.model_registry import SCORE
 
 router = APIRouter(tags=["TEI"])
 

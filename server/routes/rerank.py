@@ -15,19 +15,14 @@ from typing import Any
 
 from fastapi import APIRouter, Request
 
-from server.access_log import record_usage
 from server.app_state import get_state
-from server.model_registry import SCORE
-from server.protocol import (
-    AnyRerankRequest,
-    CohereRerankRequest,
-    CohereRerankResponse,
-    Rank,
-    RerankRequest,
-    truncation_of,
-)
+from server.observability.access_log import record_usage
+from server.protocols.cohere import AnyRerankRequest, CohereRerankRequest, CohereRerankResponse
+from server.protocols.common import truncation_of
+from server.protocols.tei import Rank, RerankRequest
 from server.responses import ORJSONResponse
 from server.routes import held_engine
+from server.served_models.model_registry import SCORE
 
 router = APIRouter(tags=["rerank"])
 

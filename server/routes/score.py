@@ -9,13 +9,13 @@ import uuid
 
 from fastapi import APIRouter, Request
 
-from server.access_log import record_usage
 from server.app_state import get_state
-from server.model_registry import SCORE
-from server.protocol import truncation_of
+from server.observability.access_log import record_usage
+from server.protocols.common import truncation_of
+from server.protocols.vllm import ScoreRequest, ScoreResponse
 from server.responses import ORJSONResponse
 from server.routes import held_engine
-from server.vllm_protocol import ScoreRequest, ScoreResponse
+from server.served_models.model_registry import SCORE
 
 router = APIRouter(tags=["vLLM"])
 

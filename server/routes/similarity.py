@@ -8,12 +8,12 @@ from typing import cast
 import numpy as np
 from fastapi import APIRouter, Request
 
-from server.access_log import record_usage
 from server.app_state import get_state
-from server.model_registry import EMBED
-from server.protocol import SimilarityParameters, SimilarityRequest
+from server.observability.access_log import record_usage
+from server.protocols.tei import SimilarityParameters, SimilarityRequest
 from server.responses import ORJSONResponse
 from server.routes import held_engine
+from server.served_models.model_registry import EMBED
 from wde.entrypoints.task_options import EncodeOptions
 from wde.outputs import EmbeddingOutput
 

@@ -20,8 +20,8 @@ from starlette.concurrency import run_in_threadpool
 from starlette.responses import Response, StreamingResponse
 
 from server.app_state import get_state
-from server.memory_release import release_freed_memory, trim_soon, trim_soon_async
-from server.protocol import SimpleToken, TokenizeRequest
+from server.process.memory_release import release_freed_memory, trim_soon, trim_soon_async
+from server.protocols.tei import SimpleToken, TokenizeRequest
 from server.responses import ORJSONResponse
 from wde.engine.input_processor import MAX_INPUT_CHARS
 
@@ -31,7 +31,8 @@ router = APIRouter(tags=["TEI"])
 TOKENS_PER_CHUNK = 4096
 # A request that tokenized this many tokens hands the freed heap back to the system when done: a tokenizer
 # encoding costs ~300 bytes a token in the tokenizer's native heap, which glibc otherwise keeps
-# (``server/memory_release.py``: with one malloc arena, as ``wde serve`` sets, the trim returns all of it).
+# (``server/process/memory_release.py``: with one malloc arena, as ``wde serve`` sets, the trim returns all
+# of it).
 MIN_TOKENS_TO_TRIM = 16_384
 # Inputs of at most this many characters together are tokenized and answered on the event loop, in one
 # body: a few hundred microseconds at most, against the threadpool hops of the streamed way (one to

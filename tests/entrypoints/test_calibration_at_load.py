@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 import wde
-from server.model_registry import ModelRegistry, ServedModel
+from server.served_models.model_registry import ModelRegistry, ServedModel
 from tests.tiny_models import SEED, save_tiny_bert
 from wde import EngineArgs
 from wde.entrypoints.async_llm_engine import AsyncLLMEngine

@@ -21,8 +21,8 @@ import uvicorn
 from server.app import create_app
 from server.app_state import AppState
 from server.engine_link.linked_metrics import LinkedMetrics
+from server.launch.uvicorn_options import uvicorn_options
 from server.settings import ServerSettings
-from server.uvicorn_options import uvicorn_options
 from wde import EngineArgs
 from wde.entrypoints.async_llm_engine import AsyncLLMEngine
 

@@ -66,8 +66,9 @@ def assert_refused_soon(url: str, seconds: float = 5.0) -> None:
 
 
 def assert_named_and_counted(url: str, parent: int, engine: int, workers: list[int]) -> None:
-    """ps tells the processes apart, and /metrics has each one's CPU seconds (server/process_cpu.py); the
-    supervisor holds no torch (the engine process reads the configs: supervisor.py's EngineStart)."""
+    """ps tells the processes apart, and /metrics has each one's CPU seconds
+    (server/observability/process_cpu.py); the supervisor holds no torch (the engine process reads the
+    configs: supervisor.py's EngineStart)."""
     assert process_name(parent) == "wde-supervisor"
     assert "libtorch" not in Path(f"/proc/{parent}/maps").read_text()
     assert process_name(engine) == "wde-engine"

@@ -1,5 +1,5 @@
 """The Batch API of a real ``wde serve --api-workers 2``: worker 0 runs it, the other forwards its
-``/v1/files`` and ``/v1/batches`` requests there (server/engine_link/batch_link.py). Every request goes on a
+``/v1/files`` and ``/v1/batches`` requests there (server/batches/batch_link.py). Every request goes on a
 fresh connection, so the kernel spreads them over both workers: the official openai SDK uploads, creates,
 polls, downloads and lists, every answer 200 and the same wherever it lands, each request counted once in
 /metrics and admitted once (under --max-concurrent-requests 1); a killed worker 0 makes the other answer

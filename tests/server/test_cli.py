@@ -94,10 +94,12 @@ def test_serve_refuses_a_negative_batch_wait_naming_the_flag(capsys: pytest.Capt
 def test_serve_refuses_models_that_cannot_fit_together(
     capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
-    import server.model_memory
+    import server.served_models.model_memory
 
     bundled = EngineArgs().create_engine_config().model_config.model
-    monkeypatch.setattr(server.model_memory, "available_bytes", lambda config: 200 * 2**20)  # 200 MiB free
+    monkeypatch.setattr(
+        server.served_models.model_memory, "available_bytes", lambda config: 200 * 2**20
+    )  # 200 MiB free
     config = tmp_path / "models.yaml"
     config.write_text(
         f"models:\n  - model: {bundled}\n    served_model_name: a\n"

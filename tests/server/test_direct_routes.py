@@ -13,7 +13,7 @@ from server.direct_routes import DirectRoutes
 from server.error_answers import install_error_handlers
 from server.errors import TooManyInputsError
 from server.json_body_route import JsonBodyRoute
-from server.protocol import EmbedRequest
+from server.protocols.tei import EmbedRequest
 from server.responses import ORJSONResponse
 from tests.server.test_json_body_route import BODIES
 

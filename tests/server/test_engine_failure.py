@@ -13,7 +13,7 @@ from types import SimpleNamespace
 import httpx
 import pytest
 
-from server.engine_monitor import EngineMonitor
+from server.observability.engine_monitor import EngineMonitor
 from tests.hanging_forward import MARKER, HangingForward
 from tests.server.conftest import asgi_client, wait_for
 from tests.server.fake_engine import FakeEngine

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from server.engine_link.supervisor import EngineStart
+from server.launch.supervisor import EngineStart
 from server.settings import ServerSettings
 from tests.tiny_models import save_tiny_bert
 from wde import EngineArgs

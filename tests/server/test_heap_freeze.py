@@ -1,5 +1,5 @@
-"""The loaded server's heap is kept out of full garbage collections (``server/heap_freeze.py``): freezing
-moves the objects alive into the permanent generation, a registry that freezes does it on each engine
+"""The loaded server's heap is kept out of full garbage collections (``server/process/heap_freeze.py``):
+freezing moves the objects alive into the permanent generation, a registry that freezes does it on each engine
 thread once the model is built (before it reports ready), and thaws once it unloaded a model for another
 and when it shuts down;
 a registry that does not freeze (the default: in-process use) never touches the collector."""
@@ -14,10 +14,10 @@ from typing import Any
 
 import pytest
 
-import server.heap_freeze as heap_freeze
-import server.model_registry as model_registry
-from server.model_registry import ModelRegistry, ServedModel
-from server.swap_policy import SwapTiming
+import server.process.heap_freeze as heap_freeze
+import server.served_models.model_registry as model_registry
+from server.served_models.model_registry import ModelRegistry, ServedModel
+from server.served_models.swap_policy import SwapTiming
 from tests.server.fake_engine import FakeEngine
 from wde import EngineArgs
 
@@ -37,7 +37,7 @@ def test_freezing_moves_the_live_objects_out_of_collections_and_thawing_back() -
 
 
 class RecordingCollector:
-    """Stands in for ``gc`` in ``server.heap_freeze``: records what is done, and on which thread."""
+    """Stands in for ``gc`` in ``server.process.heap_freeze``: records what is done, and on which thread."""
 
     def __init__(self) -> None:
         self.events: list[tuple[str, str]] = []

@@ -19,7 +19,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from server import cli
-from server.models_file import read_models_file
+from server.served_models.models_file import read_models_file
 from tests.hub_cache import (
     NEEDED_FILES,
     OTHER_FORMATS,

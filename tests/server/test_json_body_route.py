@@ -14,7 +14,8 @@ from fastapi import APIRouter, FastAPI, Request
 from server import json_body_route
 from server.error_answers import install_error_handlers
 from server.json_body_route import JsonBodyRoute, _fast_shape
-from server.protocol import EmbeddingRequest, EmbedRequest
+from server.protocols.openai import EmbeddingRequest
+from server.protocols.tei import EmbedRequest
 from server.responses import ORJSONResponse
 from server.routes import embed, embeddings, openai
 

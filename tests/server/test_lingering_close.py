@@ -1,7 +1,7 @@
 """A refusal reaches a client that is still sending: a chunked 5 MB upload to every POST route reads its 413
 (before: the socket was closed with the upload's bytes unread, and the kernel's reset often reached the
 client first: ECONNRESET), and an oversized header block still being sent reads its 431. The server
-half-closes, drains for a bounded time, then closes (server/lingering_transport.py)."""
+half-closes, drains for a bounded time, then closes (server/launch/lingering_transport.py)."""
 
 from __future__ import annotations
 

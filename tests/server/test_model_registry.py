@@ -11,10 +11,10 @@ from types import SimpleNamespace
 import pytest
 
 from server.errors import ModelNotFoundError
-from server.model_memory import check_models_fit
-from server.model_registry import EMBED, SCORE, ModelRegistry, ServedModel
-from server.models_file import read_models_file
-from server.swap_policy import SwapTiming
+from server.served_models.model_memory import check_models_fit
+from server.served_models.model_registry import EMBED, SCORE, ModelRegistry, ServedModel
+from server.served_models.models_file import read_models_file
+from server.served_models.swap_policy import SwapTiming
 from tests.server.fake_engine import FakeEngine
 from wde import EngineArgs
 from wde.entrypoints.async_llm_engine import AsyncLLMEngine

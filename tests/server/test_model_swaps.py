@@ -1,8 +1,8 @@
-"""--max-loaded-models swaps by queue (``server/swap_policy.py``): the loaded model serves its own requests
-first, the model with the oldest queued request loads when the loaded one drains or once that request has
-waited --max-swap-wait, a model that just loaded stays --min-model-residency, and mixed traffic of two
-models through one slot loads about once per queue drain, not once per request (the bound on the wait, on a
-virtual clock: ``test_swap_bound.py``)."""
+"""--max-loaded-models swaps by queue (``server/served_models/swap_policy.py``): the loaded model serves its
+own requests first, the model with the oldest queued request loads when the loaded one drains or once that
+request has waited --max-swap-wait, a model that just loaded stays --min-model-residency, and mixed traffic of
+two models through one slot loads about once per queue drain, not once per request (the bound on the wait, on
+a virtual clock: ``test_swap_bound.py``)."""
 
 from __future__ import annotations
 
@@ -14,8 +14,8 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from server.model_registry import ModelRegistry
-from server.swap_policy import SwapTiming, plan_swap
+from server.served_models.model_registry import ModelRegistry
+from server.served_models.swap_policy import SwapTiming, plan_swap
 from tests.server.fake_engine import FakeEngine
 from tests.server.test_model_registry import served
 from wde import EngineArgs

@@ -13,7 +13,7 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 PROBE = (
     "import os, sys\n"
     "{before}\n"
-    "from server.openmp_spin import bound_openmp_spin\n"
+    "from server.process.openmp_spin import bound_openmp_spin\n"
     "print(bound_openmp_spin(), os.environ.get('GOMP_SPINCOUNT'))\n"
 )
 

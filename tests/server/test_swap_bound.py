@@ -1,9 +1,9 @@
 """The longest wait of --max-loaded-models 1 under two models' traffic, on the real ``ModelRegistry`` queue
 with a virtual clock (``VirtualTimeLoop``: nothing sleeps) and engines that take a fixed time to load and to
-unload: no request waits more than ``SwapTiming.max_wait_bound`` (``server/swap_policy.py``), and, when a
-load fits in the bounded wait, no more than the bounded wait plus one load. Worst-case arrivals: requests of
-both models arriving every 10 ms, so that some arrive at every moment of a swap (just before it, while the
-other model drains, unloads or loads, just after); and the issue's mixed traffic (200 requests
+unload: no request waits more than ``SwapTiming.max_wait_bound`` (``server/served_models/swap_policy.py``),
+and, when a load fits in the bounded wait, no more than the bounded wait plus one load. Worst-case arrivals:
+requests of both models arriving every 10 ms, so that some arrive at every moment of a swap (just before it,
+while the other model drains, unloads or loads, just after); and the issue's mixed traffic (200 requests
 alternating at concurrency 16), whose loads must stay about one per queue drain."""
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ import asyncio
 from dataclasses import dataclass
 from typing import Any, cast
 
-from server.model_registry import ModelRegistry, ServedModel
-from server.swap_policy import SwapTiming
+from server.served_models.model_registry import ModelRegistry, ServedModel
+from server.served_models.swap_policy import SwapTiming
 from tests.server.test_model_registry import served
 from tests.server.virtual_clock import VirtualTimeLoop
 from wde import EngineArgs

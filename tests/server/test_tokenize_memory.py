@@ -3,11 +3,12 @@
 tokenizing) and four answers of ~80,000 tokens each keep /health under 0.5 s meanwhile, and RSS 5 s later
 within 10% of before.
 
-What such requests leave, cold: before ``wde serve`` kept one malloc arena (``server/memory_release.py``),
-the tokenizer's and the threadpool's threads each held a glibc arena whose freed top ``malloc_trim`` does
-not return: +125 MiB after the four refused-after-tokenizing requests (450 -> 579 MiB), +60-120 MiB after
-a round in all. With one arena, measured on 2 cores: 450 -> 455-457 MiB (+1%), the threadpool's new
-threads (their stacks) and the first requests' one-time state (validators, the route's imports)."""
+What such requests leave, cold: before ``wde serve`` kept one malloc arena
+(``server/process/memory_release.py``), the tokenizer's and the threadpool's threads each held a glibc arena
+whose freed top ``malloc_trim`` does not return: +125 MiB after the four refused-after-tokenizing requests
+(450 -> 579 MiB), +60-120 MiB after a round in all. With one arena, measured on 2 cores: 450 -> 455-457 MiB
+(+1%), the threadpool's new threads (their stacks) and the first requests' one-time state (validators, the
+route's imports)."""
 
 from __future__ import annotations
 

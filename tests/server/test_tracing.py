@@ -1,5 +1,6 @@
-"""OpenTelemetry tracing (server/tracing.py, server/middleware/tracing.py, server/request_trace.py): the span
-tree of one request through a real engine, read back from the SDK's in-memory exporter; off means off."""
+"""OpenTelemetry tracing (server/observability/tracing.py, server/middleware/tracing.py,
+server/observability/request_trace.py): the span tree of one request through a real engine, read back from
+the SDK's in-memory exporter; off means off."""
 
 from __future__ import annotations
 
@@ -15,9 +16,9 @@ from opentelemetry.trace import SpanKind
 
 from server.app import create_app
 from server.middleware.tracing import TracingMiddleware
-from server.request_trace import CURRENT_TRACE, RequestTrace, add_child_spans, record_call
+from server.observability.request_trace import CURRENT_TRACE, RequestTrace, add_child_spans, record_call
+from server.observability.tracing import Tracing, exporter_names, tracing_requested
 from server.settings import ServerSettings
-from server.tracing import Tracing, exporter_names, tracing_requested
 from tests.server.conftest import TEXTS
 from wde import EngineArgs
 from wde.entrypoints.async_llm_engine import AsyncLLMEngine

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from server.cli import main
-from server.draining_server import DrainingServer
+from server.launch.draining_server import DrainingServer
 from tests.server.serve_process import free_port
 from tests.tiny_models import save_tiny_bert
 from wde.engine_args import EngineArgs

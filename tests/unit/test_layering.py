@@ -1,8 +1,10 @@
 """The import rules of docs/architecture.md, read from the source (ast): the loop (wde/engine) never imports
 the doors (wde/entrypoints), wde never imports server, the lower layers never import the engine or the
-doors, the model-folder readers (wde/model_folder) import no family, layer, worker, loop or door, no
-import circle among module-level imports of wde/ and server/, and every module of wde/engine/ and
-wde/entrypoints/ has a test file of its own (tests/**/test_<module>.py)."""
+doors, the model-folder readers (wde/model_folder) import no family, layer, worker, loop or door;
+server/'s rooms stand on floors (``SERVER_FLOORS``) and every import between two rooms goes down; the
+engine process never imports the app, the routes, the middlewares, FastAPI or Starlette; the routes never
+import the launchers; no import circle among module-level imports of wde/, server/ and benchmarks/; and
+every module of wde/engine/ and wde/entrypoints/ has a test file of its own (tests/**/test_<module>.py)."""
 
 from __future__ import annotations
 
@@ -13,7 +15,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-PACKAGES = ("wde", "server")
+PACKAGES = ("wde", "server", "benchmarks")
 
 
 def _modules() -> dict[str, Path]:
@@ -36,10 +38,10 @@ def _is_type_checking(node: ast.If) -> bool:
     )
 
 
-def _imports(path: Path, module_level_only: bool) -> Iterator[str]:
-    """Names of the wde/server modules ``path`` imports (``from a.b import c`` yields a.b.c when that is a
-    module, else a.b); TYPE_CHECKING blocks are skipped, and with ``module_level_only`` function bodies
-    too."""
+def _imports(path: Path, module_level_only: bool, ours: bool = True) -> Iterator[str]:
+    """Names of the wde/server/benchmarks modules ``path`` imports (``from a.b import c`` yields a.b.c when
+    that is a module, else a.b), or with ``ours=False`` those of other packages; TYPE_CHECKING blocks are
+    skipped, and with ``module_level_only`` function bodies too."""
     tree = ast.parse(path.read_text(encoding="utf-8"))
     package = ".".join(path.relative_to(ROOT).with_suffix("").parts[:-1])
 
@@ -65,7 +67,7 @@ def _imports(path: Path, module_level_only: bool) -> Iterator[str]:
                     yield from visit([child])
 
     for name in visit(tree.body):
-        if name.split(".")[0] in PACKAGES:
+        if (name.split(".")[0] in PACKAGES) == ours:
             yield name
 
 
@@ -79,6 +81,8 @@ def _arrows(module_level_only: bool) -> dict[str, set[str]]:
 FORBIDDEN = [
     ("wde.engine", "wde.entrypoints", "the loop never imports the doors"),
     ("wde", "server", "the library never imports the server"),
+    ("wde", "benchmarks", "the library never imports the benchmarks"),
+    ("server.routes", "server.launch", "the routes never import the launchers (the launchers build the app)"),
     ("wde.worker", "wde.engine", "the worker is below the loop"),
     ("wde.worker", "wde.entrypoints", "the worker is below the doors"),
     ("wde.models", "wde.engine", "models are below the loop"),
@@ -105,6 +109,82 @@ def test_no_forbidden_import_arrow(source: str, target: str, why: str) -> None:
         if imported == target or imported.startswith(target + ".")
     ]
     assert not found, f"{why}: {found}"
+
+
+# server/'s rooms (a top-level module or package of server/), top floor first: a room imports only rooms on
+# lower floors (and itself); rooms on one floor import none of each other.
+SERVER_FLOORS: list[tuple[str, ...]] = [
+    ("server.cli",),  # the `wde` command
+    ("server.launch", "server.ray_serve"),  # the launchers: the processes of `wde serve` (or Ray Serve's)
+    ("server.app",),  # the FastAPI app: its routes, middlewares, handlers and lifespan
+    ("server.openapi",),  # /openapi.json, from the routes' bodies and the served models
+    ("server.middleware",),  # RequestPipeline (its step 9 hands the Batch API's routes to the forwarder)
+    ("server.routes",),  # the route groups
+    ("server.direct_routes",),  # the hot JSON routes past Starlette's router
+    ("server.json_body_route",),  # JsonBodyRoute: orjson and the body model directly
+    ("server.batches",),  # the Batch API: store, runner, the link between API workers
+    ("server.app_state",),  # what a request reaches through the app: settings, models, metrics, limits
+    ("server.engine_link",),  # the engine client, the engine process, the wire and its messages
+    ("server.served_models",),  # the registry, swaps, model memory, the --models file
+    ("server.observability",),  # metrics, tracing, access log, process CPU, engine monitor
+    ("server.process",),  # what every server process sets up: log, malloc, OpenMP, GC, socket, parent death
+    ("server.protocols",),  # the HTTP bodies, one module per API family
+    ("server.ignored_fields",),  # unknown body fields, reported
+    ("server.error_answers",),  # exceptions -> HTTP answers (FastAPI)
+    ("server.doors", "server.errors", "server.responses", "server.settings"),  # plain pieces
+]
+# (importer room, imported room): why this import runs back up. At most two.
+SERVER_UPWARD_ALLOWED: dict[tuple[str, str], str] = {}
+ENGINE_PROCESS = "server.engine_link.engine_process"
+NOT_IN_THE_ENGINE_PROCESS = ("server.app", "server.routes", "server.middleware", "fastapi", "starlette")
+
+
+def _room(module: str) -> str:
+    return ".".join(module.split(".")[:2])
+
+
+def test_server_rooms_stand_on_floors() -> None:
+    floor_of = {room: index for index, floor in enumerate(SERVER_FLOORS) for room in floor}
+    rooms = {_room(name) for name in MODULES if name.startswith("server.")}
+    assert rooms == set(floor_of), (
+        f"rooms of server/ not on a floor: {sorted(rooms - set(floor_of))}; floors naming no room: "
+        f"{sorted(set(floor_of) - rooms)}: put each room on SERVER_FLOORS in tests/unit/test_layering.py"
+    )
+    assert len(SERVER_UPWARD_ALLOWED) <= 2, "at most two imports may run back up: move a module instead"
+    upward = sorted(
+        f"{name} -> {target}"
+        for name, targets in _arrows(module_level_only=False).items()
+        if name.startswith("server.")
+        for target in targets
+        if target.startswith("server.")
+        and _room(name) != _room(target)
+        and floor_of[_room(target)] <= floor_of[_room(name)]
+        and (_room(name), _room(target)) not in SERVER_UPWARD_ALLOWED
+    )
+    assert not upward, (
+        f"imports that do not go down server/'s floors (SERVER_FLOORS): {upward}; move what is imported "
+        "below its importer, or pass it in from above"
+    )
+
+
+def test_the_engine_process_never_imports_the_app() -> None:
+    """What the engine process imports inside server/ (function bodies included), transitively, is neither
+    the app, its routes and middlewares, nor FastAPI or Starlette."""
+    arrows = _arrows(module_level_only=False)
+    reached, todo = {ENGINE_PROCESS}, [ENGINE_PROCESS]
+    while todo:
+        for target in arrows[todo.pop()]:
+            if target.startswith("server") and target not in reached:
+                reached.add(target)
+                todo.append(target)
+    found = sorted(
+        f"{name} -> {imported}"
+        for name in reached
+        for imported in {*arrows[name], *_imports(MODULES[name], module_level_only=False, ours=False)}
+        for banned in NOT_IN_THE_ENGINE_PROCESS
+        if imported == banned or imported.startswith(banned + ".")
+    )
+    assert not found, f"the engine process would import the app or its HTTP stack: {found}"
 
 
 def test_no_import_circle() -> None:

@@ -10,8 +10,8 @@ from typing import Any
 from uvicorn.config import Config
 from uvicorn.server import ServerState
 
-from server.coalescing_transport import MAX_JOINED_BYTES, CoalescingTransport
-from server.http_protocol import guarded_protocol_class
+from server.launch.coalescing_transport import MAX_JOINED_BYTES, CoalescingTransport
+from server.launch.http_protocol import guarded_protocol_class
 
 
 class RecordingTransport:

@@ -20,14 +20,14 @@ from fastapi import FastAPI
 
 from server.app import create_app
 from server.app_state import AppState
-from server.engine_monitor import EngineMonitor
-from server.listener import StartupError, bind_listener, url_of
-from server.model_registry import ModelRegistry, ServedModel
-from server.ready_line import log_ready
+from server.launch.startup_log import QuietStartupErrors
+from server.launch.uvicorn_options import uvicorn_options
+from server.observability.engine_monitor import EngineMonitor
+from server.process.listener import StartupError, bind_listener, url_of
+from server.process.ready_line import log_ready
+from server.served_models.model_registry import ModelRegistry, ServedModel
+from server.served_models.swap_policy import SwapTiming
 from server.settings import ServerSettings
-from server.startup_log import QuietStartupErrors
-from server.swap_policy import SwapTiming
-from server.uvicorn_options import uvicorn_options
 from wde.config import EngineConfig
 from wde.engine_args import EngineArgs
 from wde.entrypoints.async_llm_engine import AsyncLLMEngine
@@ -88,7 +88,7 @@ def serve(
             settings.max_loaded_models,
             strict_names=settings.strict_model_name,
             swap_timing=SwapTiming.of(settings),
-            freeze_heap=True,  # this process serves, and only serves: server/heap_freeze.py
+            freeze_heap=True,  # this process serves, and only serves: server/process/heap_freeze.py
         )
     except ValueError as e:
         raise StartupError(str(e)) from e
@@ -137,7 +137,7 @@ def monitored_server(
         log_level=log_level,
         # uvicorn waits float seconds (asyncio.wait_for); its annotation says int
         timeout_graceful_shutdown=graceful_timeout,  # type: ignore[arg-type]
-        access_log=False,  # server/access_log.py logs one line per request instead
+        access_log=False,  # server/observability/access_log.py logs one line per request instead
         log_config=None,  # uvicorn's own lines in the format `wde serve` configured
         **uvicorn_options(settings),
     )

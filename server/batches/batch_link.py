@@ -5,7 +5,7 @@ owner, runs it: its ``BatchService`` takes the folder as a single-process server
 Batch API off with the same 503 when another server holds the folder or it cannot be written), and it also
 listens on a Unix socket in the engine link's folder (``mkdtemp``'s: only this user can reach it). Every
 other worker forwards the ``/v1/files`` and ``/v1/batches`` requests it receives there
-(``server/engine_link/batch_forwarder.py``) and returns the owner's answer unchanged.
+(``server/batches/batch_forwarder.py``) and returns the owner's answer unchanged.
 
 A forwarded request passes the ``RequestPipeline`` of both workers. The first one, which the client reached,
 checks the key, reads the body within the limits, admits it, counts it in /metrics and logs it; the owner
@@ -24,7 +24,7 @@ import os
 import socket
 from dataclasses import dataclass
 
-from server.listener import LISTEN_BACKLOG
+from server.process.listener import LISTEN_BACKLOG
 
 logger = logging.getLogger("wde.server")
 

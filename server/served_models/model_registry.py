@@ -6,14 +6,14 @@
   naming the served ones; a server of ONE model answers any name (as TEI does) unless
   --strict-model-name.
 - ``--max-loaded-models N``: at most N engines are loaded. A request for an unloaded model queues (holding
-  its admission slot); swaps go by queue (``server/swap_policy.py``): the loaded models serve their own
-  requests first, and the model with the oldest queued request loads when a loaded one drains, or when
-  that request has waited --max-swap-wait (the loaded model then finishes the requests it holds and
+  its admission slot); swaps go by queue (``server/served_models/swap_policy.py``): the loaded models serve
+  their own requests first, and the model with the oldest queued request loads when a loaded one drains, or
+  when that request has waited --max-swap-wait (the loaded model then finishes the requests it holds and
   unloads, once it has been loaded --min-model-residency). One swap at a time, in a task of its own (a
   client leaving does not cut a load short). A model that fails to load answers 503 naming it and the
   error to the requests queued for it; the next request for it tries again. The longest wait, as a formula
-  of the flags and the load time, is in ``server/swap_policy.py``; the clock and the engine's start and
-  stop (``_start_engine``, ``_stop_engine``) are the seams its virtual-clock test drives.
+  of the flags and the load time, is in ``server/served_models/swap_policy.py``; the clock and the engine's
+  start and stop (``_start_engine``, ``_stop_engine``) are the seams its virtual-clock test drives.
 """
 
 from __future__ import annotations
@@ -29,10 +29,10 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 
 from server.errors import ModelNotFoundError
-from server.heap_freeze import frozen_after, thaw_heap
-from server.model_memory import check_models_fit
-from server.reached_model import note_reached_model
-from server.swap_policy import SwapPlan, SwapTiming, plan_swap
+from server.process.heap_freeze import frozen_after, thaw_heap
+from server.served_models.model_memory import check_models_fit
+from server.served_models.reached_model import note_reached_model
+from server.served_models.swap_policy import SwapPlan, SwapTiming, plan_swap
 from wde.config import EngineConfig, ModelConfig
 from wde.engine.llm_engine import LLMEngine
 from wde.engine_args import EngineArgs
@@ -114,7 +114,8 @@ class ModelRegistry:
         freeze_heap: bool = False,
     ) -> None:
         """``freeze_heap``: each engine this registry makes freezes the heap once loaded; the heap is thawed
-        once an engine is unloaded and at shutdown (``server/heap_freeze.py``; server processes only)."""
+        once an engine is unloaded and at shutdown (``server/process/heap_freeze.py``; server processes
+        only)."""
         if not models:
             raise ValueError("no model to serve; name one (wde serve MODEL) or leave it out for the default")
         if max_loaded_models is not None and max_loaded_models < 1:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from server.http_protocol import guarded_protocol_class
+from server.launch.http_protocol import guarded_protocol_class
 from server.settings import ServerSettings
 
 

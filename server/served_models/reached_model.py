@@ -1,5 +1,5 @@
 """``ReachedModel``: which served model an HTTP request reached, for the HTTP metrics' ``model`` label
-(not ``server.protocol.RequestModel``, the base of request bodies).
+(not ``server.protocols.common.RequestModel``, the base of request bodies).
 
 ``RequestPipeline`` puts a ``ReachedModel`` in a context variable for each request, and
 ``ModelRegistry.use`` names the model in it. A task the request starts copies the context and so holds the

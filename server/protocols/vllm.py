@@ -10,7 +10,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, Field, StrictBool, StrictStr, model_validator
 
 from server.errors import UnpairedFieldsError
-from server.protocol import (
+from server.protocols.common import (
     MODEL_HELP,
     TRUNCATE_PROMPT_TOKENS_HELP,
     Dimensions,
@@ -19,8 +19,8 @@ from server.protocol import (
     RequestModel,
     TruncatePromptTokens,
     TruncationDirection,
-    Usage,
 )
+from server.protocols.openai import Usage
 
 USE_ACTIVATION_HELP = (
     "vLLM's: false answers the classifier's logits (an embedding model: not normalized); null: activated"

@@ -16,16 +16,16 @@ from multiprocessing.connection import Connection
 from types import FrameType
 
 from server.app import create_app
-from server.draining_server import DrainingServer, exit_zero_on_signal, monitored_server
-from server.engine_link.batch_link import BatchLink
+from server.batches.batch_link import BatchLink
 from server.engine_link.client import EngineLink
 from server.engine_link.in_flight import InFlightSlots
 from server.engine_link.linked_metrics import LinkedMetrics
-from server.engine_link.parent_death import end_with_parent
-from server.log_setup import configure_logging, skip_unused_record_fields
-from server.memory_release import limit_malloc_arenas
-from server.model_registry import ModelRegistry, ServedModel
-from server.process_cpu import name_process
+from server.launch.draining_server import DrainingServer, exit_zero_on_signal, monitored_server
+from server.observability.process_cpu import name_process
+from server.process.log_setup import configure_logging, skip_unused_record_fields
+from server.process.memory_release import limit_malloc_arenas
+from server.process.parent_death import end_with_parent
+from server.served_models.model_registry import ModelRegistry, ServedModel
 from server.settings import ServerSettings
 from wde.config import EngineConfig
 from wde.engine_args import EngineArgs

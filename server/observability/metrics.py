@@ -15,12 +15,12 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, gene
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
-from server.process_cpu import ProcessCpuCollector
+from server.observability.process_cpu import ProcessCpuCollector
 from wde.engine.stats import StepStats
 from wde.outputs import ErrorOutput, RequestOutput
 
 if TYPE_CHECKING:
-    from server.model_registry import ModelRegistry
+    from server.served_models.model_registry import ModelRegistry
 
 LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
 STEP_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)
@@ -38,8 +38,8 @@ class ServerMetrics:
         role: str = "server",
         parent_pid: int | None = None,
     ) -> None:
-        """``role``: this process's (server/process_cpu.py); ``parent_pid``: the supervisor's (the engine
-        process's metrics)."""
+        """``role``: this process's (server/observability/process_cpu.py); ``parent_pid``: the supervisor's
+        (the engine process's metrics)."""
         self.registry = registry = CollectorRegistry()
         self._listeners: dict[str, ModelStatsListener] = {}
         # 1. HTTP

@@ -6,7 +6,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field, StrictStr, field_validator
 
-from server.protocol import RequestModel
+from server.protocols.common import RequestModel
 
 MAX_METADATA_KEYS = 16
 MAX_METADATA_KEY_CHARS = 64

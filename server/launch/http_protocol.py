@@ -9,7 +9,7 @@ over --max-header-bytes gets 431 and is closed before it is buffered much furthe
 application's to time (``RequestPipeline``).
 
 A connection closed while its request is still arriving (431 mid-headers, 413 or 408 mid-body) lingers:
-half-closed and drained for a bounded time (``server/lingering_transport.py``), so that a client still
+half-closed and drained for a bounded time (``server/launch/lingering_transport.py``), so that a client still
 sending reads the answer instead of a connection reset.
 """
 
@@ -20,10 +20,10 @@ from typing import Any
 
 from uvicorn.protocols.http.httptools_impl import STATUS_LINE, HttpToolsProtocol
 
-from server.coalescing_transport import CoalescingTransport
 from server.error_answers import error_response
 from server.errors import HeadersTooLargeError, RequestTimeoutError
-from server.lingering_transport import LingeringTransport
+from server.launch.coalescing_transport import CoalescingTransport
+from server.launch.lingering_transport import LingeringTransport
 
 
 class GuardedHttpToolsProtocol(HttpToolsProtocol):
@@ -43,7 +43,7 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
     # 1. the header timer: from the connection's start, and from the first byte of each later request
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         self.lingering_transport = LingeringTransport(transport, self)
-        # an answer's head and body leave in one write (server/coalescing_transport.py)
+        # an answer's head and body leave in one write (server/launch/coalescing_transport.py)
         super().connection_made(CoalescingTransport(self.lingering_transport, self.loop))  # type: ignore[arg-type]
         self._start_header_timer()
 

@@ -3,7 +3,7 @@ watching them.
 
     parent (this)  binds the port, starts the processes, forwards SIGTERM / SIGINT, restarts a dead worker
       ├─ engine process   the models and the device (server/engine_link/engine_process.py)
-      └─ API worker × N   uvicorn + the app on the shared socket (server/engine_link/api_worker.py)
+      └─ API worker × N   uvicorn + the app on the shared socket (server/launch/api_worker.py)
 
 Shutdown keeps the single-process promises: the workers drain first (no new connections, every admitted
 request answered within --graceful-timeout), then the engine process finishes whatever it still holds and
@@ -26,12 +26,13 @@ from multiprocessing.connection import wait
 from types import FrameType
 from typing import Any
 
-from server.engine_link import api_worker, engine_process
-from server.engine_link.config_process import auto_api_workers, max_api_workers
+from server.engine_link import engine_process
 from server.engine_link.in_flight import InFlightSlots
-from server.listener import StartupError, bind_listener, url_of
-from server.model_registry import ModelRegistry
-from server.process_cpu import name_process
+from server.launch import api_worker
+from server.observability.process_cpu import name_process
+from server.process.config_process import auto_api_workers, max_api_workers
+from server.process.listener import StartupError, bind_listener, url_of
+from server.served_models.model_registry import ModelRegistry
 from server.settings import ServerSettings
 from wde.config import EngineConfig
 from wde.engine_args import EngineArgs

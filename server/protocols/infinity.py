@@ -1,7 +1,7 @@
 """Infinity's bodies where they differ from ours (read from the ``infinity_client`` package's models):
 ``POST /embeddings`` (OpenAI's, with ``dimensions: 0`` for all dimensions and a ``modality``),
 ``POST /classify`` (``{"input", "raw_scores"}`` -> lists of labels) and ``GET /models``. Its ``/rerank``
-body is Cohere's (``server.protocol.CohereRerankRequest``)."""
+body is Cohere's (``server.protocols.cohere.CohereRerankRequest``)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,8 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, BeforeValidator, Field, StrictBool, StrictStr
 
-from server.protocol import Dimensions, EmbeddingRequest, ModelCard, ModelName, RequestModel, Usage
+from server.protocols.common import Dimensions, ModelName, RequestModel
+from server.protocols.openai import EmbeddingRequest, ModelCard, Usage
 
 
 def _zero_as_none(value: Any) -> Any:

@@ -1,5 +1,5 @@
 """``BatchForwarder``: in an API worker that does not run the Batch API, its ``/v1/files`` and
-``/v1/batches`` requests go to the worker that does (``server/engine_link/batch_link.py``), and the owner's
+``/v1/batches`` requests go to the worker that does (``server/batches/batch_link.py``), and the owner's
 answer comes back unchanged: status, headers and body, streamed (a batch's output file in chunks).
 
 It is ``RequestPipeline``'s last step: the key was checked, the body read whole within --payload-limit and
@@ -12,15 +12,15 @@ connect (microseconds) beside a Batch API call that reads or writes files.
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 
 import httpx
-from starlette.routing import Match
+from starlette.routing import BaseRoute, Match
 from starlette.types import Message, Receive, Scope, Send
 
-from server.engine_link.batch_link import BATCH_OWNER
+from server.batches.batch_link import BATCH_OWNER
 from server.error_answers import error_response
 from server.errors import BatchOwnerUnavailableError
-from server.routes import batches, files
 
 logger = logging.getLogger("wde.server")
 
@@ -46,10 +46,12 @@ CONNECT_SECONDS = 5.0  # a Unix connect succeeds or fails at once; this bounds a
 
 
 class BatchForwarder:
-    def __init__(self, socket_path: str, retry_after_seconds: int) -> None:
+    def __init__(self, socket_path: str, retry_after_seconds: int, routes: Sequence[BaseRoute]) -> None:
+        """``routes``: the Batch API's routes (``/v1/files``, ``/v1/batches``), for the metrics' route
+        label."""
         self.socket_path = socket_path
         self.retry_after_seconds = retry_after_seconds
-        self.routes = [*files.router.routes, *batches.router.routes]  # for the metrics' route label
+        self.routes = list(routes)
         self._client: httpx.AsyncClient | None = None  # made on the event loop, at the first forward
 
     @staticmethod
