@@ -168,6 +168,6 @@ gpu-image-proxy: ## on CPU: gpu-check (--device cpu) and tests/models, unit, eng
 	rm -rf $(GPU_IMAGE_VENV)/site && $(GPU_IMAGE_VENV)/bin/pip install --quiet --no-index --no-deps \
 		--target $(GPU_IMAGE_VENV)/site .gpu-wheels/*.whl
 	PYTHONPATH=$(GPU_IMAGE_VENV)/site:$(CURDIR) $(GPU_IMAGE_VENV)/bin/python -m pytest -q -p no:cacheprovider \
-		tests/models tests/unit tests/entrypoints tests/bench --ignore=tests/models/test_bge_m3.py
+		tests/models tests/unit tests/entrypoints tests/benchmarks --ignore=tests/models/test_bge_m3.py
 
 .PHONY: gpu-wheels gpu-check gpu-image-proxy

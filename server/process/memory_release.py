@@ -9,7 +9,7 @@ tokens at once, refused past --max-tokenize-tokens after tokenizing): RSS 450 ->
 arenas of 124 MB each holding 40 KB in use, and ``malloc_trim(0)`` (called in the process with gdb) gave
 back nothing. With one arena (``limit_malloc_arenas``, called first thing by ``wde serve``) every thread
 allocates from the main heap, whose free pages and top the trim returns: 450 -> 457 MiB after the whole
-round of tests/server/test_tokenize_memory.py. Not glibc (musl, macOS): both are no-ops.
+round of tests/server/routes/test_tokenize_memory.py. Not glibc (musl, macOS): both are no-ops.
 """
 
 from __future__ import annotations

@@ -31,7 +31,8 @@ the wait is at most ``W + D + U + L_own`` again when the swap and the residency 
 (``D + U + L_other + max(R, L_other) <= W``), and otherwise is at most ``S + W + D + U + L_own``. With
 more models, each model whose oldest queued request is older than this one's loads first and adds at most
 its own ``L + W + D + U``.
-``tests/server/test_swap_bound.py`` checks the formula on worst-case arrivals with a virtual clock.
+``tests/server/served_models/test_swap_bound.py`` checks the formula on worst-case arrivals with a virtual
+clock.
 """
 
 from __future__ import annotations

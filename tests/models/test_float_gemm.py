@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tests.server.test_families import FAMILIES
+from tests.server.routes.test_families import FAMILIES
 from tests.tiny_models import training_texts
 from wde import LLM
 from wde.layers import packed_linear

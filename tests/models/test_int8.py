@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from tests.server.conftest import asgi_client
-from tests.server.test_families import FAMILIES
+from tests.server.routes.test_families import FAMILIES
 from tests.shared_data import read_texts
 from tests.tiny_models import training_texts
 from wde import LLM, EngineArgs

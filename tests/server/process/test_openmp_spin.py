@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
+REPO_ROOT = Path(__file__).resolve().parents[3]
 PROBE = (
     "import os, sys\n"
     "{before}\n"
@@ -48,9 +48,10 @@ def test_too_late_once_torch_is_loaded() -> None:
     assert run_python(PROBE.format(before="import torch")) == "False None"
 
 
-def test_wde_serve_sets_it_before_anything_loads_torch() -> None:
-    # an import hook notes GOMP_SPINCOUNT when torch is first imported; a model folder that does not exist
-    # ends serve() early (exit 2), after whatever it loads to check the flags
+def test_wde_serve_sets_it_before_anything_loads_torch(default_model_path: str) -> None:
+    # an import hook notes GOMP_SPINCOUNT when torch is first imported; a max length past the bundled model's
+    # positions ends serve() early (exit 2), after the platform (torch) is loaded to check the flags (reading
+    # the model folder alone imports no torch)
     code = (
         "import os, sys\n"
         "seen = []\n"
@@ -61,8 +62,9 @@ def test_wde_serve_sets_it_before_anything_loads_torch() -> None:
         "        return None\n"
         "sys.meta_path.insert(0, Hook())\n"
         "from server.cli import main\n"
-        "main(['serve', '/nonexistent/model'])\n"
+        f"main(['serve', {default_model_path!r}, '--max-model-len', '100000'])\n"
         "print(seen[0] if seen else 'torch not imported')\n"
     )
     assert run_python(code) == "10000"
-    assert run_python(code.replace("main(['serve', '/nonexistent/model'])", "import torch")) == "None"
+    serve = f"main(['serve', {default_model_path!r}, '--max-model-len', '100000'])"
+    assert run_python(code.replace(serve, "import torch")) == "None"

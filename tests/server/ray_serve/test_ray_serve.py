@@ -34,8 +34,7 @@ from server.ray_serve.options import RayServeUserError, plan_replicas
 from server.ray_serve.proxy_errors import ProxyErrorShapeMiddleware
 from server.settings import ServerSettings
 from tests.server.conftest import LONG_TEXT, TEXTS, LiveServer, live_uvicorn
-from tests.server.serve_process import free_port, serve_process
-from tests.server.test_uvicorn import (  # noqa: F401 (collected here, against the Ray Serve URL)
+from tests.server.launch.test_uvicorn import (  # noqa: F401 (collected here, against the Ray Serve URL)
     test_burst_over_the_concurrency_limit_gets_only_200_and_429,
     test_embed_and_metrics,
     test_hostile_bodies_get_4xx_json_never_500,
@@ -43,6 +42,7 @@ from tests.server.test_uvicorn import (  # noqa: F401 (collected here, against t
     test_openai_sdk_sees_errors_as_exceptions,
     test_ten_megabyte_body_is_413,
 )
+from tests.server.serve_process import free_port, serve_process
 from wde.entrypoints.async_llm_engine import AsyncLLMEngine
 
 TIMEOUT = 60.0

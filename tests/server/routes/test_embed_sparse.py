@@ -161,7 +161,7 @@ async def test_errors_as_embed(splade_engine: AsyncLLMEngine, body: dict, status
 def test_splade_server_agrees_with_its_schema(splade_engine: AsyncLLMEngine, tmp_path: Path) -> None:
     from server.settings import ServerSettings
     from tests.server.conftest import live_uvicorn
-    from tests.server.test_openapi_schemathesis import run_schemathesis
+    from tests.server.routes.test_openapi_schemathesis import run_schemathesis
 
     settings = ServerSettings(max_client_batch_size=64, batch_dir=str(tmp_path / "batches"))
     with live_uvicorn(splade_engine, settings) as server:

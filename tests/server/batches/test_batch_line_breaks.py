@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 
 from server.batches.input_lines import LineError, LineRequest, read_lines
+from tests.server.batches.test_batch_api import batch_client, embedding_line, run_batch, vectors
 from tests.server.conftest import TOLERANCE
-from tests.server.test_batch_api import batch_client, embedding_line, run_batch, vectors
 from wde.entrypoints.async_llm_engine import AsyncLLMEngine
 
 pytestmark = pytest.mark.anyio

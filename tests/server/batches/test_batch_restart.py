@@ -14,9 +14,9 @@ import numpy as np
 import pytest
 from openai import OpenAI
 
+from tests.server.batches.test_batch_api import FINISHED, embedding_line, jsonl, records
 from tests.server.conftest import TOLERANCE
 from tests.server.serve_process import serve_process
-from tests.server.test_batch_api import FINISHED, embedding_line, jsonl, records
 from tests.shared_data import read_texts
 
 pytestmark = [

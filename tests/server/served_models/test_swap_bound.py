@@ -14,7 +14,7 @@ from typing import Any, cast
 
 from server.served_models.model_registry import ModelRegistry, ServedModel
 from server.served_models.swap_policy import SwapTiming
-from tests.server.test_model_registry import served
+from tests.server.served_models.test_model_registry import served
 from tests.server.virtual_clock import VirtualTimeLoop
 from wde import EngineArgs
 from wde.entrypoints.async_llm_engine import AsyncLLMEngine

@@ -15,7 +15,7 @@ from server.errors import TooManyInputsError
 from server.json_body_route import JsonBodyRoute
 from server.protocols.tei import EmbedRequest
 from server.responses import ORJSONResponse
-from tests.server.test_json_body_route import BODIES
+from tests.server.routes.test_json_body_route import BODIES
 
 pytestmark = pytest.mark.anyio
 

@@ -41,7 +41,7 @@ from wde.entrypoints.async_llm_engine import AsyncLLMEngine
 
 pytestmark = pytest.mark.anyio
 
-SPEC_PATH = Path(__file__).parent / "data" / "tei_openapi.json"
+SPEC_PATH = Path(__file__).parents[1] / "data" / "tei_openapi.json"
 LONG = "word " * 400  # longer than every model's max_model_len here
 # What TEI's documents after v1.7.1 add: 400 "Batch is empty" (ErrorType Empty), and on /tokenize and /decode
 # 413 "Batch size error" (more inputs than --max-client-batch-size, as its other routes document).
@@ -285,7 +285,7 @@ def test_tei_spec_requests_get_documented_answers(
     embedding model and a reranker."""
     from server.settings import ServerSettings
     from tests.server.conftest import live_uvicorn
-    from tests.server.test_openapi_schemathesis import MAX_EXAMPLES, MAX_MESSAGE_CHARS
+    from tests.server.routes.test_openapi_schemathesis import MAX_EXAMPLES, MAX_MESSAGE_CHARS
 
     failures: list[str] = []
     for name, engine in (("embedding", async_engine), ("reranker", reranker_engine)):

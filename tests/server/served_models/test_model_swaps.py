@@ -17,7 +17,7 @@ import pytest
 from server.served_models.model_registry import ModelRegistry
 from server.served_models.swap_policy import SwapTiming, plan_swap
 from tests.server.fake_engine import FakeEngine
-from tests.server.test_model_registry import served
+from tests.server.served_models.test_model_registry import served
 from wde import EngineArgs
 from wde.entrypoints.async_llm_engine import AsyncLLMEngine
 

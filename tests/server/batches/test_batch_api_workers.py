@@ -22,9 +22,9 @@ import pytest
 from openai import OpenAI
 from prometheus_client.parser import text_string_to_metric_families
 
+from tests.server.batches.test_batch_api import FINISHED, embedding_line, jsonl, records
 from tests.server.conftest import TOLERANCE
 from tests.server.serve_process import ServeProcess, serve_process
-from tests.server.test_batch_api import FINISHED, embedding_line, jsonl, records
 from tests.tiny_models import training_texts
 
 pytestmark = pytest.mark.slow  # a real server with two API workers, one of them killed and replaced

@@ -17,10 +17,10 @@ import numpy as np
 import pytest
 from openai import OpenAI
 
+from tests.server.batches.test_batch_api import embedding_line, jsonl
+from tests.server.batches.test_batch_restart import poll
 from tests.server.conftest import TOLERANCE
 from tests.server.serve_process import serve_process
-from tests.server.test_batch_api import embedding_line, jsonl
-from tests.server.test_batch_restart import poll
 from tests.shared_data import read_texts
 
 pytestmark = [pytest.mark.slow, pytest.mark.shared_data]  # a real server, ~20 s

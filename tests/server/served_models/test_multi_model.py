@@ -20,8 +20,8 @@ from openai import NotFoundError, OpenAI
 from prometheus_client.parser import text_string_to_metric_families
 
 from tests.server.conftest import TOLERANCE, asgi_client
+from tests.server.routes.test_rerank_routes import DOCUMENTS, QUERY, SCORE_ATOL, reference_scores
 from tests.server.serve_process import ServeProcess, serve_process
-from tests.server.test_rerank_routes import DOCUMENTS, QUERY, SCORE_ATOL, reference_scores
 from wde import EngineArgs
 from wde.entrypoints.async_llm_engine import AsyncLLMEngine
 
