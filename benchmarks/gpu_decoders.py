@@ -8,17 +8,16 @@ and fused only (the CPU never fuses; fp8 needs a GPU)."""
 from __future__ import annotations
 
 import argparse
-import contextlib
 import os
 import tempfile
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from unittest import mock
 
 import numpy as np
 
-from benchmarks.gpu_runs import cosines, measure_sentence_transformers, measure_wde
-from benchmarks.gpu_tables import Budget, ModelTable, Row, format_table, one_line, progress
+from benchmarks.gpu_runs import cosines
+from benchmarks.gpu_tables import Budget, ModelTable, Row, format_table, measured_row, one_line, peer_rows
 from benchmarks.random_bert import count_matmul_params
 from benchmarks.random_decoder import write_random_decoder
 
@@ -92,19 +91,7 @@ def run_decoder_table(
     """The peer at each batch size (its float32 the accuracy reference), then wde's configurations in the
     first dtype."""
     dtype = args.dtypes[0]
-    reference = measure_sentence_transformers(table.path, texts, 0, args.device, "float32", 8)
-    for batch_size in args.st_batch_size:
-        peer = measure_sentence_transformers(table.path, texts, args.repeats, args.device, dtype, batch_size)
-        table.peer_tokens_per_s = max(table.peer_tokens_per_s or 0.0, peer.tokens_per_s or 0.0) or None
-        cosine = float(cosines(peer.embeddings, reference.embeddings).min())
-        table.rows.append(
-            Row(
-                f"sentence-transformers (batch {batch_size})",
-                dtype,
-                tokens_per_s=peer.tokens_per_s,
-                min_cosine=cosine,
-            )
-        )
+    reference = peer_rows(table, texts, args)
     fused_embeddings: np.ndarray | None = None
     mode = "lazy" if args.device == "cuda" else "none"
     for configuration in CONFIGURATIONS:
@@ -117,46 +104,16 @@ def run_decoder_table(
         if spent is not None:
             row.note = spent.skip_note()
             continue
-        try:
-            with environment(configuration.environment):
-                run = measure_wde(
-                    table.path,
-                    texts,
-                    args.repeats,
-                    args.device,
-                    from_ids=False,
-                    dtype=dtype,
-                    **configuration.engine_args,
-                )
-        except Exception as e:  # a configuration failing is a row of the report, not the end of it
-            row.note = f"failed: {one_line(e)}"
-            progress(f"{table.label} {configuration.system}: {row.note}")
+        with mock.patch.dict(os.environ, configuration.environment):
+            run = measured_row(
+                row, table, texts, args, reference.embeddings, from_ids=False, **configuration.engine_args
+            )
+        if run is None or run.embeddings is None:
             continue
-        assert run.embeddings is not None
-        row.startup_s, row.tokens_per_s, row.captured = run.startup_s, run.tokens_per_s, run.captured
-        row.busy_share, row.min_cosine = (
-            run.busy_share,
-            float(cosines(run.embeddings, reference.embeddings).min()),
-        )
         if configuration is FUSED:
             fused_embeddings = run.embeddings
         elif configuration.engine_args.get("quantization") == "fp8" and fused_embeddings is not None:
             table.fp8_min_cosine = float(cosines(run.embeddings, fused_embeddings).min())
-        progress(f"{table.label} {configuration.system}: {run.tokens_per_s:,.0f} tokens/s")
-
-
-@contextlib.contextmanager
-def environment(variables: dict[str, str]) -> Iterator[None]:
-    saved = {name: os.environ.get(name) for name in variables}
-    os.environ.update(variables)
-    try:
-        yield
-    finally:
-        for name, value in saved.items():
-            if value is None:
-                os.environ.pop(name, None)
-            else:
-                os.environ[name] = value
 
 
 def decoder_target_lines(tables: list[DecoderTable], dtype: str, peak: float | None) -> list[str]:

@@ -24,18 +24,12 @@ import os
 import tempfile
 from pathlib import Path
 
-import numpy as np
-
 from benchmarks import gpu_decoders
 from benchmarks.dataset import load_texts, shared_data_path
 from benchmarks.gpu_runs import (
-    WdeRun,
-    cosines,
     matmul_flops_per_s,
-    measure_sentence_transformers,
-    measure_wde,
 )
-from benchmarks.gpu_tables import Budget, ModelTable, Row, format_table, one_line, progress
+from benchmarks.gpu_tables import Budget, ModelTable, Row, format_table, measured_row, one_line, peer_rows
 from benchmarks.random_bert import count_matmul_params, write_random_bert
 
 MODES = ("none", "eager", "lazy", "idle")
@@ -198,23 +192,8 @@ def run_table(table: ModelTable, texts: list[str], args: argparse.Namespace, bud
 
     from wde.layers.attention.selector import BACKENDS
 
-    # 1. sentence-transformers: float32 (the accuracy reference, untimed) and the first dtype at each batch
-    #    size (the peer rows; the ratios are against the best of them)
-    batch_sizes = args.st_batch_size
-    reference = measure_sentence_transformers(table.path, texts, 0, args.device, "float32", batch_sizes[0])
-    for batch_size in batch_sizes:
-        peer = measure_sentence_transformers(
-            table.path, texts, args.repeats, args.device, args.dtypes[0], batch_size
-        )
-        table.peer_tokens_per_s = max(table.peer_tokens_per_s or 0.0, peer.tokens_per_s or 0.0) or None
-        table.rows.append(
-            Row(
-                f"sentence-transformers (batch {batch_size})",
-                args.dtypes[0],
-                tokens_per_s=peer.tokens_per_s,
-                min_cosine=float(cosines(peer.embeddings, reference.embeddings).min()),
-            )
-        )
+    # 1. sentence-transformers: float32 (the accuracy reference) and the peer rows
+    reference = peer_rows(table, texts, args)
     # 2. wde, each dtype x backend x graph mode
     for dtype in args.dtypes:
         for backend in args.backends or [name for name in BACKENDS if name != "naive"]:
@@ -229,29 +208,15 @@ def run_table(table: ModelTable, texts: list[str], args: argparse.Namespace, bud
                 if budget.spent():
                     row.note = budget.skip_note()
                     continue
-                try:
-                    run = measure_wde(
-                        table.path,
-                        texts,
-                        args.repeats,
-                        args.device,
-                        dtype=dtype,
-                        attention_backend=backend,
-                        cuda_graph_mode=mode,
-                    )
-                except Exception as e:  # one configuration failing is a row of the report, not the end of it
-                    row.note = f"failed: {one_line(e)}"
-                    progress(f"{table.label} {dtype} {backend} {mode}: {row.note}")
-                    continue
-                fill_row(row, run, reference.embeddings)
-                progress(f"{table.label} {dtype} {backend} {mode}: {run.tokens_per_s:,.0f} tokens/s")
-
-
-def fill_row(row: Row, run: WdeRun, reference: np.ndarray) -> None:
-    row.startup_s, row.tokens_per_s, row.captured = run.startup_s, run.tokens_per_s, run.captured
-    row.ids_tokens_per_s, row.busy_share = run.ids_tokens_per_s, run.busy_share
-    assert run.embeddings is not None
-    row.min_cosine = float(cosines(run.embeddings, reference).min())
+                measured_row(
+                    row,
+                    table,
+                    texts,
+                    args,
+                    reference.embeddings,
+                    attention_backend=backend,
+                    cuda_graph_mode=mode,
+                )
 
 
 def acceptance_lines(tables: list[ModelTable], dtype: str, peak: float | None = None) -> list[str]:

@@ -3,9 +3,14 @@ row checks, and the markdown a table becomes (``benchmarks.gpu_modes``, ``benchm
 
 from __future__ import annotations
 
+import argparse
 import sys
 import time
 from dataclasses import dataclass, field
+
+import numpy as np
+
+from benchmarks.gpu_runs import StRun, WdeRun, cosines, measure_sentence_transformers, measure_wde
 
 
 @dataclass
@@ -79,3 +84,52 @@ def format_table(table: ModelTable, peak: float, peer_dtype: str) -> list[str]:
             f"| {ceiling:.1%} | {cosine} | {row.captured or '-'} | {from_ids} | {busy} |"
         )
     return [*lines, ""]
+
+
+def peer_rows(table: ModelTable, texts: list[str], args: argparse.Namespace) -> StRun:
+    """sentence-transformers on ``table``'s model: float32 (the accuracy reference, untimed, returned) and the
+    first dtype at each ``--st-batch-size``, a row each (the ratios are against the best of them)."""
+    batch_sizes, dtype = args.st_batch_size, args.dtypes[0]
+    reference = measure_sentence_transformers(table.path, texts, 0, args.device, "float32", batch_sizes[0])
+    for batch_size in batch_sizes:
+        peer = measure_sentence_transformers(table.path, texts, args.repeats, args.device, dtype, batch_size)
+        table.peer_tokens_per_s = max(table.peer_tokens_per_s or 0.0, peer.tokens_per_s or 0.0) or None
+        cosine = float(cosines(peer.embeddings, reference.embeddings).min())
+        table.rows.append(
+            Row(
+                f"sentence-transformers (batch {batch_size})",
+                dtype,
+                tokens_per_s=peer.tokens_per_s,
+                min_cosine=cosine,
+            )
+        )
+    return reference
+
+
+def fill_row(row: Row, run: WdeRun, reference: np.ndarray) -> None:
+    row.startup_s, row.tokens_per_s, row.captured = run.startup_s, run.tokens_per_s, run.captured
+    row.ids_tokens_per_s, row.busy_share = run.ids_tokens_per_s, run.busy_share
+    assert run.embeddings is not None
+    row.min_cosine = float(cosines(run.embeddings, reference).min())
+
+
+def measured_row(
+    row: Row,
+    table: ModelTable,
+    texts: list[str],
+    args: argparse.Namespace,
+    reference: np.ndarray,
+    **measure_args: object,
+) -> WdeRun | None:
+    """``measure_wde`` on ``table``'s model into ``row`` (None, and the failure in its note, when the
+    configuration fails: one row of the report, not the end of it)."""
+    label = f"{table.label} {row.system} {row.dtype} {row.mode}"
+    try:
+        run = measure_wde(table.path, texts, args.repeats, args.device, dtype=row.dtype, **measure_args)
+    except Exception as e:
+        row.note = f"failed: {one_line(e)}"
+        progress(f"{label}: {row.note}")
+        return None
+    fill_row(row, run, reference)
+    progress(f"{label}: {run.tokens_per_s:,.0f} tokens/s")
+    return run

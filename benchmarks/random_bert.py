@@ -37,6 +37,22 @@ def write_random_bert(directory: Path, size: str, tokenizer_dir: Path, device: s
     """A float32 random ``BertModel`` of ``size`` (``BERT_SIZES``) in sentence-transformers layout under
     ``directory``; ``device``: where the weights are drawn (a GPU draws BERT-large's 335M in no time)."""
     import torch
+    from transformers import BertConfig, BertModel
+
+    vocab_size = json.loads((tokenizer_dir / "config.json").read_text())["vocab_size"]
+    sizes: dict[str, Any] = BERT_SIZES[size]
+    config = BertConfig(vocab_size=vocab_size, max_position_embeddings=MAX_POSITIONS, **sizes)
+    torch.manual_seed(SEED)
+    with torch.device(device):
+        # with its pooler, as sentence-transformers loads it (mean pooling ignores it)
+        model = BertModel(config)
+    return save_as_sentence_transformer(model, tokenizer_dir, directory, "mean")
+
+
+def save_as_sentence_transformer(model: Any, tokenizer_dir: Path, directory: Path, pooling_mode: str) -> Path:
+    """A transformers ``model`` with ``tokenizer_dir``'s tokenizer, saved under ``directory`` as
+    sentence-transformers saves a model: Transformer (``MAX_POSITIONS`` tokens), Pooling (``pooling_mode``),
+    Normalize."""
     from sentence_transformers import SentenceTransformer
 
     try:  # sentence-transformers >= 6.1 (its old path warns)
@@ -47,16 +63,7 @@ def write_random_bert(directory: Path, size: str, tokenizer_dir: Path, device: s
             Pooling,
             Transformer,
         )
-    from transformers import BertConfig, BertModel
 
-    vocab_size = json.loads((tokenizer_dir / "config.json").read_text())["vocab_size"]
-    sizes: dict[str, Any] = BERT_SIZES[size]
-    config = BertConfig(vocab_size=vocab_size, max_position_embeddings=MAX_POSITIONS, **sizes)
-    torch.manual_seed(SEED)
-    with torch.device(device):
-        model = BertModel(
-            config
-        )  # with its pooler, as sentence-transformers loads it (mean pooling ignores it)
     with tempfile.TemporaryDirectory() as scratch:
         hf_dir = Path(scratch)
         model.save_pretrained(hf_dir)
@@ -64,7 +71,7 @@ def write_random_bert(directory: Path, size: str, tokenizer_dir: Path, device: s
             if (tokenizer_dir / name).exists():
                 shutil.copy(tokenizer_dir / name, hf_dir / name)
         transformer = Transformer(str(hf_dir), max_seq_length=MAX_POSITIONS)
-        pooling = Pooling(config.hidden_size, "mean")
+        pooling = Pooling(model.config.hidden_size, pooling_mode)
         SentenceTransformer(modules=[transformer, pooling, Normalize()], device="cpu").save(str(directory))
     return directory
 

@@ -8,12 +8,10 @@ shapes do (``benchmarks.gpu_decoders``).
 from __future__ import annotations
 
 import json
-import shutil
-import tempfile
 from pathlib import Path
 from typing import Any
 
-from benchmarks.random_bert import MAX_POSITIONS, SEED, TOKENIZER_FILES
+from benchmarks.random_bert import MAX_POSITIONS, SEED, save_as_sentence_transformer
 
 # transformers Qwen3Config fields of each shape: Qwen3-Embedding-0.6B's; Qwen3-Embedding-4B's cut to 8 of its
 # 36 layers (to fit a few minutes of GPU); "tiny" for --smoke runs on a CPU (head_dim 32: the fused kernels'
@@ -51,16 +49,6 @@ def write_random_decoder(directory: Path, shape: str, tokenizer_dir: Path, devic
     """A random ``Qwen3Model`` (float16 weights) of ``shape`` (``DECODER_SHAPES``) in sentence-transformers
     layout under ``directory``; ``device``: where the weights are drawn."""
     import torch
-    from sentence_transformers import SentenceTransformer
-
-    try:  # sentence-transformers >= 6.1 (its old path warns)
-        from sentence_transformers.sentence_transformer.modules import Normalize, Pooling, Transformer
-    except ImportError:
-        from sentence_transformers.models import (  # type: ignore[no-redef]
-            Normalize,
-            Pooling,
-            Transformer,
-        )
     from transformers import Qwen3Config, Qwen3Model
 
     vocab_size = json.loads((tokenizer_dir / "config.json").read_text())["vocab_size"]
@@ -70,14 +58,4 @@ def write_random_decoder(directory: Path, shape: str, tokenizer_dir: Path, devic
     torch.manual_seed(SEED)
     with torch.device(device):
         model = Qwen3Model(config).half()  # saved in float16: half the bytes to write and read
-    with tempfile.TemporaryDirectory() as scratch:
-        hf_dir = Path(scratch)
-        model.save_pretrained(hf_dir)
-        del model
-        for name in TOKENIZER_FILES:
-            if (tokenizer_dir / name).exists():
-                shutil.copy(tokenizer_dir / name, hf_dir / name)
-        transformer = Transformer(str(hf_dir), max_seq_length=MAX_POSITIONS)
-        pooling = Pooling(config.hidden_size, "lasttoken")
-        SentenceTransformer(modules=[transformer, pooling, Normalize()], device="cpu").save(str(directory))
-    return directory
+    return save_as_sentence_transformer(model, tokenizer_dir, directory, "lasttoken")

@@ -82,20 +82,27 @@ def data_args(data_dir: Path) -> list[str]:
     return ["--docs", str(data_dir / "docs.jsonl"), "--queries", str(data_dir / "queries.jsonl")]
 
 
+def smoke_report(tmp_path: Path, data_dir: Path, flags: list[str]) -> str:
+    """The report of a smoke run on the CPU, without the server part, with ``flags``."""
+    report = tmp_path / "bench.md"
+    gpu_modes.main(
+        ["--device", "cpu", "--smoke", "--no-server", *flags, "--out", str(report), *data_args(data_dir)]
+    )
+    return report.read_text()
+
+
+def row_cells(text: str, start: str) -> list[str]:
+    row = next(line for line in text.splitlines() if line.startswith(start))
+    return [cell.strip() for cell in row.strip("|").split("|")]
+
+
 def test_bench_smoke_path_on_cpu(tmp_path: Path, data_dir: Path) -> None:
     """One tiny random BERT, one backend, no server: the rows carry tokens/s and the embeddings equal
     sentence-transformers' on the same weights."""
-    report = tmp_path / "bench.md"
-    gpu_modes.main(
-        [
-            *("--device", "cpu", "--smoke", "--models", "tiny", "--backends", "torch_sdpa", "--no-server"),
-            *("--decoders", "--limit", "6", "--out", str(report), *data_args(data_dir)),
-        ]
-    )
-    text = report.read_text()
+    flags = ["--models", "tiny", "--backends", "torch_sdpa", "--decoders", "--limit", "6"]
+    text = smoke_report(tmp_path, data_dir, flags)
     assert "## BERT-tiny (random weights)" in text
-    row = next(line for line in text.splitlines() if line.startswith("| wde torch_sdpa | float32 | none |"))
-    cells = [cell.strip() for cell in row.strip("|").split("|")]
+    cells = row_cells(text, "| wde torch_sdpa | float32 | none |")
     assert float(cells[4].replace(",", "")) > 0  # tokens/s
     assert re.fullmatch(r"\d+\.\d+x", cells[5])  # against sentence-transformers float32
     assert float(cells[7]) >= 0.9999  # min cosine against sentence-transformers float32
@@ -154,17 +161,9 @@ def test_gpu_check_code_path_on_cpu(tmp_path: Path, data_dir: Path) -> None:
 def test_decoder_smoke_path_on_cpu(tmp_path: Path, data_dir: Path) -> None:
     """The tiny Qwen3 decoder: sentence-transformers at each batch size, wde fused (the CPU runs the layers
     unfused) with the same embeddings, and the GPU-only rows (unfused, fp8) named as such."""
-    report = tmp_path / "bench.md"
-    gpu_modes.main(
-        [
-            *("--device", "cpu", "--smoke", "--models", "--decoders", "qwen3-tiny", "--no-server"),
-            *("--out", str(report), *data_args(data_dir)),
-        ]
-    )
-    text = report.read_text()
+    text = smoke_report(tmp_path, data_dir, ["--models", "--decoders", "qwen3-tiny"])
     assert "## qwen3-tiny (random Qwen3)" in text
-    row = next(line for line in text.splitlines() if line.startswith("| wde (fused kernels) | float32 |"))
-    cells = [cell.strip() for cell in row.strip("|").split("|")]
+    cells = row_cells(text, "| wde (fused kernels) | float32 |")
     assert float(cells[4].replace(",", "")) > 0 and float(cells[7]) >= 0.9999
     for system in ("wde (unfused)", "wde + fp8"):
         assert f"| {system} | float32 | none | - | - | - | - | - | GPU only | - | - |" in text
