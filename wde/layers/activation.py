@@ -44,12 +44,13 @@ def gelu(x: torch.Tensor) -> torch.Tensor:
     return F.gelu(x)
 
 
+# the names HF configs give GELU's tanh approximation (the fused decoder kernels' GELU: wde/layers/fused)
+TANH_GELU_NAMES = ("gelu_new", "gelu_pytorch_tanh", "gelu_fast")
+
 _ACTIVATIONS: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
     "gelu": gelu,  # exact (erf)
     "gelu_python": gelu,
-    "gelu_new": partial(F.gelu, approximate="tanh"),
-    "gelu_pytorch_tanh": partial(F.gelu, approximate="tanh"),
-    "gelu_fast": partial(F.gelu, approximate="tanh"),
+    **dict.fromkeys(TANH_GELU_NAMES, partial(F.gelu, approximate="tanh")),
     "quick_gelu": _quick_gelu,
     "relu": F.relu,
     "silu": F.silu,

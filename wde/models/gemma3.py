@@ -22,7 +22,7 @@ from typing import Any, cast
 import torch
 from torch import nn
 
-from wde.layers.activation import get_act_fn
+from wde.layers.activation import TANH_GELU_NAMES, get_act_fn
 from wde.layers.attention.layer import Attention
 from wde.layers.attention.spec import AttentionSpec
 from wde.layers.fused import ops as fused
@@ -80,10 +80,6 @@ def attention_window(config: dict[str, Any], layer_type: str) -> tuple[int, int]
     if config.get("use_bidirectional_attention"):
         return (window // 2, window // 2)
     return (window - 1, 0)
-
-
-# hidden_activation names of GELU's tanh approximation (wde/layers/activation.py): the fused kernel's
-TANH_GELUS = ("gelu_pytorch_tanh", "gelu_new", "gelu_fast")
 
 
 class Gemma3RMSNorm(nn.Module):
@@ -167,7 +163,7 @@ class Gemma3MLP(nn.Module):
         return self.down_proj(self.act_fn(gate) * up)  # [num_tokens, hidden_size]
 
     def forward_fused(self, x: torch.Tensor) -> torch.Tensor:
-        if self.activation not in TANH_GELUS:  # the kernel's is GELU's tanh approximation
+        if self.activation not in TANH_GELU_NAMES:  # the kernel's is GELU's tanh approximation
             return self.forward(x)
         gate_up = self.gate_up_proj(x)  # [num_tokens, 2 * intermediate]
         return self.down_proj(fused.act_and_mul(gate_up, "gelu_tanh"))  # [num_tokens, hidden_size]
