@@ -30,6 +30,7 @@ import os
 import statistics
 import sys
 import tempfile
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -46,6 +47,16 @@ from benchmarks.rerank_quality import load_records
 from wde.layers.packed_linear import FLOAT_GEMMS, GEMM_ENV
 
 QUANTIZATIONS = ("none", "int8")
+
+
+@dataclass(frozen=True)
+class PeerOptions:
+    """What the st-* peer workers of ``time_rows`` are started with."""
+
+    texts: list[str]  # the timed texts
+    threads: int
+    batch_size: int
+    calibration: dict | None  # st-openvino-int8's (``calibration``)
 
 
 @dataclass
@@ -65,11 +76,16 @@ class Timing:
     def median(self) -> float:
         return statistics.median(self.seconds)
 
+    @property
+    def gflops(self) -> float:
+        """Useful GFLOP/s of the median pass."""
+        return self.flops / self.median / 1e9
+
     def row(self, baseline: Timing, with_rerank: bool = False) -> str:
         """A markdown table row; the ratio is throughput over the baseline's (medians), GFLOP/s also as a
         share of the measured matmul peak; the quality cells before the ratio."""
         best, median, worst = min(self.seconds), self.median, max(self.seconds)
-        gflops = self.flops / median / 1e9
+        gflops = self.gflops
         ratio = f"{baseline.median / median:.2f}x"
         cells = " | ".join(quality_cells(self.quality, with_rerank))
         return (
@@ -83,6 +99,62 @@ class Timing:
 def _wde_embeddings(engine: Any, batch: list[str]) -> np.ndarray:
     """``[num_texts, dim]`` dense embeddings of ``batch`` from an ``LLM``."""
     return np.stack([output.embedding for output in engine.encode(batch)])
+
+
+def st_system(model_path: str, dtype: str, batch_size: int, texts: list[str]) -> InProcessSystem:
+    """``SentenceTransformer.encode`` in ``dtype`` as an interleaved system (in float32: the reference)."""
+    import torch
+    from sentence_transformers import SentenceTransformer
+
+    st_model = SentenceTransformer(
+        model_path, device="cpu", model_kwargs={"torch_dtype": getattr(torch, dtype)}
+    )
+    return InProcessSystem(
+        f"sentence-transformers {dtype} (batch {batch_size})",
+        dtype,
+        functools.partial(st_model.encode, batch_size=batch_size, convert_to_numpy=True),
+        texts,
+    )
+
+
+def time_rows(
+    systems: list[System],
+    peer_names: list[str],
+    model_path: str,
+    repeats: int,
+    rerank: RerankSet | None,
+    timing: Callable[[str, str, list[float], Quality | None], Timing],
+    peer_options: PeerOptions,
+) -> list[Timing]:
+    """The st-* peers ``peer_names`` started beside ``systems`` (the first of which is the float32
+    reference), every one warmed up and timed interleaved, then each row's quality: cosine against the
+    reference and, with ``rerank``, its ranking. The peer workers are closed before this returns."""
+    with tempfile.TemporaryDirectory(prefix="wde-bench-st-") as workdir:
+        workers = st_peers.start(
+            peer_names,
+            model_path,
+            peer_options.texts,
+            peer_options.threads,
+            peer_options.batch_size,
+            peer_options.calibration,
+            Path(workdir),
+        )
+        try:
+            timed = [*systems, *workers]
+            print(
+                f"# timed interleaved (one warm-up round, then {repeats} timed): "
+                + ", ".join(system.label for system in timed)
+            )
+            seconds = time_interleaved(timed, repeats, progress)
+            reference = timed[0].last_embeddings()
+            rows = []
+            for system, system_seconds in zip(timed, seconds, strict=True):
+                rerank_embeddings = system.embed(rerank.texts) if rerank else None
+                value = quality(system.last_embeddings(), reference, rerank_embeddings, rerank)
+                rows.append(timing(system.label, system.dtype, system_seconds, value))
+        finally:
+            st_peers.close(workers)
+    return rows
 
 
 def table_header(with_rerank: bool) -> str:
@@ -212,9 +284,11 @@ def build_llm(
     quantization: str,
     attention_backend: str,
     float_gemm: str = "auto",
+    dtype: str | None = None,
 ) -> Any:
-    """wde's LLM for one --quantization, --attention-backend and --float-gemm value; quantization is passed
-    only when not none, so that a wde without it still runs the none row."""
+    """wde's LLM for one --quantization, --attention-backend and --float-gemm value, in ``dtype`` (default:
+    ``args.dtype``); quantization is passed only when not none, so that a wde without it still runs the none
+    row."""
     from wde import LLM
 
     extra = {} if quantization == "none" else {"quantization": quantization}
@@ -224,7 +298,7 @@ def build_llm(
     try:
         return LLM(
             model_path,
-            dtype=args.dtype,
+            dtype=dtype or args.dtype,
             executor=args.executor,
             max_num_batched_tokens=args.max_num_batched_tokens,
             compile_model=args.compile,
@@ -253,12 +327,14 @@ def read_rerank(path: str, limit: int | None) -> RerankSet | None:
     return rerank_set(load_records(path, limit))
 
 
-def calibration(parser: argparse.ArgumentParser, args: argparse.Namespace, texts: list[str]) -> dict | None:
+def calibration(
+    parser: argparse.ArgumentParser, peer_names: list[str], calibration_data: str, texts: list[str]
+) -> dict | None:
     """The st-openvino-int8 calibration set written to the cache (None when that peer is not asked for)."""
-    if not any(name.startswith("st-openvino-int8") for name in args.peer):
+    if not any(name.startswith("st-openvino-int8") for name in peer_names):
         return None
     try:
-        chosen = st_peers.calibration_texts(load_texts(args.calibration_data), texts)
+        chosen = st_peers.calibration_texts(load_texts(calibration_data), texts)
     except BenchmarkDataError as e:
         parser.error(f"st-openvino-int8 calibration texts (--calibration-data): {e}")
     except ValueError as e:
@@ -289,7 +365,6 @@ def main(argv: list[str] | None = None) -> None:
     check_args(parser, args)
 
     import torch
-    from sentence_transformers import SentenceTransformer
 
     from wde.engine_args import default_model_path
 
@@ -298,7 +373,7 @@ def main(argv: list[str] | None = None) -> None:
     threads = torch.get_num_threads()
     model_path = args.model or default_model_path()
     texts = load_texts(args.data, args.limit)
-    calibration_set = calibration(parser, args, texts)
+    calibration_set = calibration(parser, args.peer, args.calibration_data, texts)
 
     llms = {
         (quantization, backend, gemm): build_llm(model_path, args, quantization, backend, gemm)
@@ -327,20 +402,8 @@ def main(argv: list[str] | None = None) -> None:
         return Timing(name, seconds, num_tokens, len(texts), flops, peaks[dtype], value)
 
     # 2. the systems that stay loaded: sentence-transformers (float32 first: the baseline and the reference),
-    #    wde, the st-* peer workers
-    systems: list[System] = []
-    for dtype in dtypes:
-        st_model = SentenceTransformer(
-            model_path, device="cpu", model_kwargs={"torch_dtype": getattr(torch, dtype)}
-        )
-        systems.append(
-            InProcessSystem(
-                f"sentence-transformers {dtype} (batch {args.st_batch_size})",
-                dtype,
-                functools.partial(st_model.encode, batch_size=args.st_batch_size, convert_to_numpy=True),
-                texts,
-            )
-        )
+    #    wde, the st-* peer workers, timed interleaved; 3. the quality of each
+    systems: list[System] = [st_system(model_path, dtype, args.st_batch_size, texts) for dtype in dtypes]
     for (quantization, backend, gemm), engine in llms.items():
         systems.append(
             InProcessSystem(
@@ -351,26 +414,9 @@ def main(argv: list[str] | None = None) -> None:
             )
         )
     st_names = [name for name in args.peer if name in st_peers.ST_PEERS]
-    with tempfile.TemporaryDirectory(prefix="wde-bench-st-") as workdir:
-        workers = st_peers.start(
-            st_names, model_path, texts, threads, args.st_batch_size, calibration_set, Path(workdir)
-        )
-        try:
-            systems += workers
-            print(
-                f"# timed interleaved (one warm-up round, then {args.repeats} timed): "
-                + ", ".join(system.label for system in systems)
-            )
-            seconds = time_interleaved(systems, args.repeats, progress)
-            # 3. quality of each: cosine against the float32 reference, ranking on the rerank set
-            reference = systems[0].last_embeddings()
-            rows = []
-            for system, system_seconds in zip(systems, seconds, strict=True):
-                rerank_embeddings = system.embed(rerank.texts) if rerank else None
-                value = quality(system.last_embeddings(), reference, rerank_embeddings, rerank)
-                rows.append(timing(system.label, system.dtype, system_seconds, value))
-        finally:
-            st_peers.close(workers)
+    peer_options = PeerOptions(texts, threads, args.st_batch_size, calibration_set)
+    rows = time_rows(systems, st_names, model_path, args.repeats, rerank, timing, peer_options)
+    reference = systems[0].last_embeddings()
     print(table_header(rerank is not None))
     for row in rows:
         print(row.row(rows[0], rerank is not None), flush=True)

@@ -1,14 +1,18 @@
 """Randomly initialized BERT encoders of the published sizes, saved as sentence-transformers saves a model
 (``BertModel`` weights by ``save_pretrained``, mean pooling, normalization), with the bundled MiniLM's
 tokenizer (the bert-base-uncased vocabulary). For throughput benches, where the weights' values do not matter
-but their shapes do: wde and sentence-transformers load the same folder.
+but their shapes do: wde and sentence-transformers load the same folder. Beside them: an XLM-RoBERTa encoder
+of a BERT size (bge-m3's is XLM-R large: CLS pooling) with the vocabulary cut to the same tokenizer's, and a
+one-label BERT cross-encoder saved as ``CrossEncoder.save`` writes it.
 """
 
 from __future__ import annotations
 
+import itertools
 import json
 import shutil
 import tempfile
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -33,46 +37,104 @@ MAX_POSITIONS = 512
 SEED = 0
 
 
+def vocab_size_of(tokenizer_dir: Path) -> int:
+    """The vocabulary size in ``tokenizer_dir``'s config.json (the bundled MiniLM's: 30,522)."""
+    return int(json.loads((tokenizer_dir / "config.json").read_text())["vocab_size"])
+
+
+def random_model(model_class: Any, config: Any, device: str) -> Any:
+    """``model_class(config)`` drawn from seed ``SEED`` on ``device`` (a GPU draws a large one in no time)."""
+    import torch
+
+    torch.manual_seed(SEED)
+    with torch.device(device):
+        return model_class(config)
+
+
 def write_random_bert(directory: Path, size: str, tokenizer_dir: Path, device: str = "cpu") -> Path:
     """A float32 random ``BertModel`` of ``size`` (``BERT_SIZES``) in sentence-transformers layout under
     ``directory``; ``device``: where the weights are drawn (a GPU draws BERT-large's 335M in no time)."""
-    import torch
     from transformers import BertConfig, BertModel
 
-    vocab_size = json.loads((tokenizer_dir / "config.json").read_text())["vocab_size"]
     sizes: dict[str, Any] = BERT_SIZES[size]
-    config = BertConfig(vocab_size=vocab_size, max_position_embeddings=MAX_POSITIONS, **sizes)
-    torch.manual_seed(SEED)
-    with torch.device(device):
-        # with its pooler, as sentence-transformers loads it (mean pooling ignores it)
-        model = BertModel(config)
+    config = BertConfig(
+        vocab_size=vocab_size_of(tokenizer_dir), max_position_embeddings=MAX_POSITIONS, **sizes
+    )
+    # with its pooler, as sentence-transformers loads it (mean pooling ignores it)
+    model = random_model(BertModel, config, device)
     return save_as_sentence_transformer(model, tokenizer_dir, directory, "mean")
 
 
-def save_as_sentence_transformer(model: Any, tokenizer_dir: Path, directory: Path, pooling_mode: str) -> Path:
+def write_random_xlm_roberta(directory: Path, size: str, tokenizer_dir: Path, device: str = "cpu") -> Path:
+    """A float32 random ``XLMRobertaModel`` of ``size`` (``BERT_SIZES``; bge-m3's encoder is "large") with
+    ``tokenizer_dir``'s vocabulary (so its tokenizer serves: XLM-R's own 250,002 rows would only add an
+    embedding table that costs lookups, not FLOPs), CLS pooling as bge-m3, in sentence-transformers layout."""
+    from transformers import XLMRobertaConfig, XLMRobertaModel
+
+    # XLM-R's positions start after padding_idx (1): two more rows than usable positions
+    config = XLMRobertaConfig(
+        vocab_size=vocab_size_of(tokenizer_dir), max_position_embeddings=MAX_POSITIONS + 2, **BERT_SIZES[size]
+    )
+    model = random_model(XLMRobertaModel, config, device)
+    return save_as_sentence_transformer(model, tokenizer_dir, directory, "cls")
+
+
+def write_random_cross_encoder(directory: Path, size: str, tokenizer_dir: Path, device: str = "cpu") -> Path:
+    """A float32 random one-label ``BertForSequenceClassification`` of ``size`` (``BERT_SIZES``), saved by
+    ``CrossEncoder.save`` (sigmoid activation, ``MAX_POSITIONS`` tokens) under ``directory``."""
+    from sentence_transformers import CrossEncoder
+    from transformers import BertConfig, BertForSequenceClassification
+
+    config = BertConfig(
+        vocab_size=vocab_size_of(tokenizer_dir),
+        max_position_embeddings=MAX_POSITIONS,
+        num_labels=1,
+        **BERT_SIZES[size],
+    )
+    model = random_model(BertForSequenceClassification, config, device)
+    with tempfile.TemporaryDirectory() as scratch:
+        hf_dir = save_with_tokenizer(model, tokenizer_dir, Path(scratch))
+        CrossEncoder(str(hf_dir), device="cpu", max_length=MAX_POSITIONS).save(str(directory))
+    return directory
+
+
+def save_with_tokenizer(model: Any, tokenizer_dir: Path, hf_dir: Path) -> Path:
+    """``model.save_pretrained(hf_dir)`` with ``tokenizer_dir``'s tokenizer files beside it."""
+    model.save_pretrained(hf_dir)
+    for name in TOKENIZER_FILES:
+        if (tokenizer_dir / name).exists():
+            shutil.copy(tokenizer_dir / name, hf_dir / name)
+    return hf_dir
+
+
+def save_as_sentence_transformer(
+    model: Any, tokenizer_dir: Path, directory: Path, pooling_mode: str, dense_widths: Sequence[int] = ()
+) -> Path:
     """A transformers ``model`` with ``tokenizer_dir``'s tokenizer, saved under ``directory`` as
     sentence-transformers saves a model: Transformer (``MAX_POSITIONS`` tokens), Pooling (``pooling_mode``),
-    Normalize."""
+    a random Dense (no bias, identity, as EmbeddingGemma's) to each of ``dense_widths``, Normalize."""
+    import torch
     from sentence_transformers import SentenceTransformer
 
     try:  # sentence-transformers >= 6.1 (its old path warns)
-        from sentence_transformers.sentence_transformer.modules import Normalize, Pooling, Transformer
+        from sentence_transformers.sentence_transformer.modules import Dense, Normalize, Pooling, Transformer
     except ImportError:
         from sentence_transformers.models import (  # type: ignore[no-redef]
+            Dense,
             Normalize,
             Pooling,
             Transformer,
         )
 
     with tempfile.TemporaryDirectory() as scratch:
-        hf_dir = Path(scratch)
-        model.save_pretrained(hf_dir)
-        for name in TOKENIZER_FILES:
-            if (tokenizer_dir / name).exists():
-                shutil.copy(tokenizer_dir / name, hf_dir / name)
+        hf_dir = save_with_tokenizer(model, tokenizer_dir, Path(scratch))
         transformer = Transformer(str(hf_dir), max_seq_length=MAX_POSITIONS)
-        pooling = Pooling(model.config.hidden_size, pooling_mode)
-        SentenceTransformer(modules=[transformer, pooling, Normalize()], device="cpu").save(str(directory))
+        modules = [transformer, Pooling(model.config.hidden_size, pooling_mode)]
+        widths = [model.config.hidden_size, *dense_widths]
+        torch.manual_seed(SEED)
+        for width_in, width_out in itertools.pairwise(widths):
+            modules.append(Dense(width_in, width_out, bias=False, activation_function=torch.nn.Identity()))
+        SentenceTransformer(modules=[*modules, Normalize()], device="cpu").save(str(directory))
     return directory
 
 
