@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
-from typing import Protocol
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -29,10 +29,11 @@ class System(Protocol):
 
 
 class InProcessSystem:
-    """A system run in this process (sentence-transformers, wde): ``encode`` maps texts to embeddings."""
+    """A system run in this process (sentence-transformers, wde): ``encode`` maps texts to embeddings (or a
+    cross-encoder's (query, document) pairs to ``[num_pairs, 1]`` scores)."""
 
     def __init__(
-        self, label: str, dtype: str, encode: Callable[[list[str]], np.ndarray], texts: list[str]
+        self, label: str, dtype: str, encode: Callable[[list[Any]], np.ndarray], texts: list[Any]
     ) -> None:
         self.label, self.dtype, self.encode, self.texts = label, dtype, encode, texts
         self._last: np.ndarray | None = None

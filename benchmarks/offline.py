@@ -96,7 +96,7 @@ class Timing:
         )
 
 
-def _wde_embeddings(engine: Any, batch: list[str]) -> np.ndarray:
+def wde_embeddings(engine: Any, batch: list[str]) -> np.ndarray:
     """``[num_texts, dim]`` dense embeddings of ``batch`` from an ``LLM``."""
     return np.stack([output.embedding for output in engine.encode(batch)])
 
@@ -125,10 +125,12 @@ def time_rows(
     rerank: RerankSet | None,
     timing: Callable[[str, str, list[float], Quality | None], Timing],
     peer_options: PeerOptions,
+    announce: Callable[[str], None] = print,
 ) -> list[Timing]:
     """The st-* peers ``peer_names`` started beside ``systems`` (the first of which is the float32
     reference), every one warmed up and timed interleaved, then each row's quality: cosine against the
-    reference and, with ``rerank``, its ranking. The peer workers are closed before this returns."""
+    reference and, with ``rerank``, its ranking. ``announce`` gets the line naming the systems timed. The peer
+    workers are closed before this returns."""
     with tempfile.TemporaryDirectory(prefix="wde-bench-st-") as workdir:
         workers = st_peers.start(
             peer_names,
@@ -141,7 +143,7 @@ def time_rows(
         )
         try:
             timed = [*systems, *workers]
-            print(
+            announce(
                 f"# timed interleaved (one warm-up round, then {repeats} timed): "
                 + ", ".join(system.label for system in timed)
             )
@@ -409,7 +411,7 @@ def main(argv: list[str] | None = None) -> None:
             InProcessSystem(
                 wde_label(args.dtype, quantization, backend, gemm),
                 args.dtype,
-                functools.partial(_wde_embeddings, engine),
+                functools.partial(wde_embeddings, engine),
                 texts,
             )
         )

@@ -34,6 +34,15 @@ BERT_SIZES: dict[str, dict[str, int]] = {
 }
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "vocab.txt")
 MAX_POSITIONS = 512
+CLASSIC_MODULE_PREFIX = "sentence_transformers.models."
+# the classic Pooling config's flag of each pooling_mode
+CLASSIC_POOLING_FLAGS = {
+    "cls": "cls_token",
+    "mean": "mean_tokens",
+    "max": "max_tokens",
+    "mean_sqrt_len_tokens": "mean_sqrt_len_tokens",
+    "lasttoken": "lasttoken",
+}
 SEED = 0
 
 
@@ -62,7 +71,7 @@ def write_random_bert(directory: Path, size: str, tokenizer_dir: Path, device: s
     )
     # with its pooler, as sentence-transformers loads it (mean pooling ignores it)
     model = random_model(BertModel, config, device)
-    return save_as_sentence_transformer(model, tokenizer_dir, directory, "mean")
+    return write_classic_layout(save_as_sentence_transformer(model, tokenizer_dir, directory, "mean"), "mean")
 
 
 def write_random_xlm_roberta(directory: Path, size: str, tokenizer_dir: Path, device: str = "cpu") -> Path:
@@ -76,7 +85,7 @@ def write_random_xlm_roberta(directory: Path, size: str, tokenizer_dir: Path, de
         vocab_size=vocab_size_of(tokenizer_dir), max_position_embeddings=MAX_POSITIONS + 2, **BERT_SIZES[size]
     )
     model = random_model(XLMRobertaModel, config, device)
-    return save_as_sentence_transformer(model, tokenizer_dir, directory, "cls")
+    return write_classic_layout(save_as_sentence_transformer(model, tokenizer_dir, directory, "cls"), "cls")
 
 
 def write_random_cross_encoder(directory: Path, size: str, tokenizer_dir: Path, device: str = "cpu") -> Path:
@@ -135,6 +144,27 @@ def save_as_sentence_transformer(
         for width_in, width_out in itertools.pairwise(widths):
             modules.append(Dense(width_in, width_out, bias=False, activation_function=torch.nn.Identity()))
         SentenceTransformer(modules=[*modules, Normalize()], device="cpu").save(str(directory))
+    return directory
+
+
+def write_classic_layout(directory: Path, pooling_mode: str) -> Path:
+    """A Transformer -> Pooling -> Normalize folder saved by sentence-transformers >= 6 rewritten in the
+    classic layout of the published models (the bundled MiniLM's: ``sentence_transformers.models.*`` module
+    paths, the Pooling flags, ``sentence_bert_config.json``), which every sentence-transformers version loads,
+    while 6's module paths do not import in 5.x (the ONNX peer's 5.7). The weights stay as they are."""
+    modules = json.loads((directory / "modules.json").read_text())
+    for module in modules:
+        module["type"] = CLASSIC_MODULE_PREFIX + module["type"].rsplit(".", 1)[-1]
+    (directory / "modules.json").write_text(json.dumps(modules, indent=2))
+    pooling_dir = directory / next(m["path"] for m in modules if m["type"].endswith(".Pooling"))
+    saved = json.loads((pooling_dir / "config.json").read_text())
+    dimension = saved.get("embedding_dimension", saved.get("word_embedding_dimension"))
+    flags = {f"pooling_mode_{flag}": mode == pooling_mode for mode, flag in CLASSIC_POOLING_FLAGS.items()}
+    (pooling_dir / "config.json").write_text(
+        json.dumps({"word_embedding_dimension": dimension, **flags}, indent=2)
+    )
+    classic = {"max_seq_length": MAX_POSITIONS, "do_lower_case": False}
+    (directory / "sentence_bert_config.json").write_text(json.dumps(classic, indent=2))
     return directory
 
 

@@ -1,0 +1,151 @@
+"""The model shapes of the CPU shapes matrix (``benchmarks.shapes``), each a sentence-transformers folder that
+sentence-transformers, its ONNX / OpenVINO peers and wde all load:
+
+- real weights: all-MiniLM-L6-v2 (bundled with wde) and all-mpnet-base-v2 (``benchmarks.real_weights``,
+  fetched on request); their rows also get MRR@10 on the rerank set;
+- random weights of published shapes, written once into ``.bench-cache/shapes/<name>/`` (a fixed seed, so
+  a folder, and the peers' exports keyed by it, serve every later run): BERT-base and -large, bge-m3's
+  XLM-R large encoder with the MiniLM vocabulary, a BERT-base cross-encoder, Qwen3-Embedding-0.6B and
+  EmbeddingGemma-300m cut to 4 layers; tiny ones for ``--smoke``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from benchmarks.peers import REPO_ROOT
+from benchmarks.random_bert import write_random_bert, write_random_cross_encoder, write_random_xlm_roberta
+from benchmarks.random_decoder import write_random_decoder, write_random_gemma3
+from benchmarks.real_weights import mpnet_path
+
+SHAPES_DIR = REPO_ROOT / ".bench-cache" / "shapes"
+ST_MARKER = "modules.json"
+CUT_LAYERS = 4  # the decoders' layers on a CPU
+
+# (folder, tokenizer folder) -> the folder, written
+Writer = Callable[[Path, Path], Path]
+
+
+@dataclass(frozen=True)
+class Shape:
+    description: str  # the table's heading
+    task: str = "embed"  # or "score": a cross-encoder, timed on (query, candidate) pairs
+    write: Writer | None = None  # random weights
+    locate: Callable[[], Path | None] | None = None  # real weights: the folder, or None when not there
+    missing: str = ""  # what to do when locate answers None
+    encoder: bool = True  # the st-* peers export encoders (benchmarks/peer_scripts/st_backend.py)
+
+    @property
+    def real_weights(self) -> bool:
+        return self.locate is not None
+
+
+class ShapeUnavailableError(RuntimeError):
+    """The shape's folder is not there; the message says how to get it."""
+
+
+def _bundled_minilm() -> Path:
+    from wde.engine_args import default_model_path
+
+    return Path(default_model_path())
+
+
+SHAPES: dict[str, Shape] = {
+    "minilm": Shape("all-MiniLM-L6-v2 (real weights, bundled)", locate=_bundled_minilm),
+    "mpnet": Shape(
+        "all-mpnet-base-v2 (real weights)",
+        locate=mpnet_path,
+        missing="all-mpnet-base-v2 is not fetched: run `make bench-shapes-weights` or pass "
+        "--fetch-real-weights",
+    ),
+    "bert-base": Shape(
+        "BERT-base shape (random BertModel: 12 layers, hidden 768)",
+        write=lambda path, tokenizer: write_random_bert(path, "base", tokenizer),
+    ),
+    "bert-large": Shape(
+        "BERT-large shape (random BertModel: 24 layers, hidden 1024)",
+        write=lambda path, tokenizer: write_random_bert(path, "large", tokenizer),
+    ),
+    "xlmr-large": Shape(
+        "XLM-R-large shape, bge-m3's encoder (random XLMRobertaModel: 24 layers, hidden 1024; vocabulary cut "
+        "to MiniLM's 30,522; CLS pooling)",
+        write=lambda path, tokenizer: write_random_xlm_roberta(path, "large", tokenizer),
+    ),
+    "bert-base-ce": Shape(
+        "BERT-base cross-encoder (random BertForSequenceClassification, 1 label) on rerank pairs",
+        task="score",
+        write=lambda path, tokenizer: write_random_cross_encoder(path, "base", tokenizer),
+        encoder=False,
+    ),
+    "qwen3-0.6b-4l": Shape(
+        f"Qwen3-Embedding-0.6B shape cut to {CUT_LAYERS} layers (random Qwen3Model; MiniLM tokenizer)",
+        write=lambda path, tokenizer: write_random_decoder(
+            path, "qwen3-0.6b", tokenizer, num_layers=CUT_LAYERS
+        ),
+        encoder=False,
+    ),
+    "gemma3-300m-4l": Shape(
+        f"EmbeddingGemma-300m shape cut to {CUT_LAYERS} layers (random Gemma3TextModel; MiniLM tokenizer)",
+        write=lambda path, tokenizer: write_random_gemma3(
+            path, "gemma3-300m", tokenizer, num_layers=CUT_LAYERS
+        ),
+        encoder=False,
+    ),
+    # --smoke
+    "bert-tiny": Shape(
+        "tiny BERT (random: 2 layers, hidden 64)",
+        write=lambda path, tokenizer: write_random_bert(path, "tiny", tokenizer),
+    ),
+    "bert-tiny-ce": Shape(
+        "tiny BERT cross-encoder (random: 2 layers, hidden 64)",
+        task="score",
+        write=lambda path, tokenizer: write_random_cross_encoder(path, "tiny", tokenizer),
+        encoder=False,
+    ),
+    "qwen3-tiny": Shape(
+        "tiny Qwen3 (random: 2 layers, hidden 64)",
+        write=lambda path, tokenizer: write_random_decoder(path, "qwen3-tiny", tokenizer),
+        encoder=False,
+    ),
+    "gemma3-tiny": Shape(
+        "tiny Gemma3 (random: 2 layers, hidden 64)",
+        write=lambda path, tokenizer: write_random_gemma3(path, "gemma3-tiny", tokenizer),
+        encoder=False,
+    ),
+}
+DEFAULT_SHAPES = (
+    "minilm",
+    "mpnet",
+    "bert-base",
+    "bert-large",
+    "xlmr-large",
+    "bert-base-ce",
+    "qwen3-0.6b-4l",
+    "gemma3-300m-4l",
+)
+SMOKE_SHAPES = ("bert-tiny", "bert-tiny-ce", "qwen3-tiny", "gemma3-tiny")
+
+
+def shape_folder(name: str, root: Path = SHAPES_DIR) -> Path:
+    """The sentence-transformers folder of shape ``name``: found (real weights; ``ShapeUnavailableError``
+    saying how to fetch it when it is not there) or written once under ``root`` (random weights, through a
+    ``.partial`` sibling renamed when complete)."""
+    shape = SHAPES[name]
+    if shape.locate is not None:
+        if (found := shape.locate()) is None:
+            raise ShapeUnavailableError(shape.missing)
+        return found
+    assert shape.write is not None
+    folder = root / name
+    if (folder / ST_MARKER).is_file():
+        return folder
+    import shutil
+
+    partial = folder.with_name(name + ".partial")
+    shutil.rmtree(partial, ignore_errors=True)
+    root.mkdir(parents=True, exist_ok=True)
+    shape.write(partial, _bundled_minilm())
+    partial.rename(folder)
+    return folder
