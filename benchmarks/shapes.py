@@ -212,7 +212,7 @@ def wde_engines(path: Path, args: argparse.Namespace, rows: list[WdeRow]) -> dic
             row: offline.build_llm(str(path), args, row.quantization, "auto", dtype=row.dtype) for row in rows
         }
     except ValueError as e:
-        raise ShapeUnavailableError(f"wde cannot load {path}: {str(e).split('; supported:')[0]}") from e
+        raise ShapeUnavailableError(f"wde cannot load it: {str(e).split('; supported:')[0]}") from e
 
 
 def _wde_scores(engine: Any, pairs: list[tuple[str, str]]) -> np.ndarray:
