@@ -182,6 +182,19 @@ def test_last_hidden_state_matches_hf(
     assert max_abs_diff(hidden, hf_hidden) <= FP32_ATOL
 
 
+def test_masked_lm_checkpoint_serves_its_encoder(
+    tmp_path: Path, token_ids: list[list[int]], hf_hidden: torch.Tensor
+) -> None:
+    """all-mpnet-base-v2's config.json names ``MPNetForMaskedLM``: wde serves the encoder under it (the
+    ``mpnet.`` prefix stripped, ``lm_head.*`` skipped), as transformers' ``AutoModel`` does."""
+    masked_lm = save_tiny_mpnet(tmp_path / "masked-lm", SEED, "MPNetForMaskedLM", MAX_POSITIONS - 2)
+    model_config = EngineArgs(model=str(masked_lm)).create_engine_config().model_config
+    assert model_config.architecture == "MPNetForMaskedLM" and model_config.task == "embed"
+    hidden, _ = run_wde(masked_lm, token_ids, "naive")
+    assert max_abs_diff(hidden, run_hf(masked_lm, token_ids)) <= FP32_ATOL
+    assert max_abs_diff(hidden, hf_hidden) <= FP32_ATOL, "the same seed draws the same encoder weights"
+
+
 @pytest.mark.parametrize("backend_name", CPU_BACKENDS)
 def test_batch_equals_single(mpnet_dir: Path, token_ids: list[list[int]], backend_name: str) -> None:
     batched, _ = run_wde(mpnet_dir, token_ids, backend_name)
