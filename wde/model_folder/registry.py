@@ -163,7 +163,7 @@ ALIASES: dict[str, str] = {
     "NewForSequenceClassification": "GteForSequenceClassification",  # gte-multilingual-reranker-base
     "NomicBertForPreTraining": "NomicBertModel",  # the remote code's MLM class: embeddings (cls.* skipped)
     "NomicBertForMaskedLM": "NomicBertModel",  # transformers' masked-LM class: embeddings (cls.* skipped)
-    "MPNetForMaskedLM": "MPNetModel",  # all-mpnet-base-v2's config.json: plain MPNetModel weights (lm_head.* skipped)
+    "MPNetForMaskedLM": "MPNetModel",  # as all-mpnet-base-v2 names it: MPNetModel weights (lm_head.* skipped)
     "XLMRobertaLoRA": "JinaEmbeddingsV3Model",  # Jina v3 as published (remote code, xlm-roberta-flash)
 }
 MODEL_REGISTRY: dict[str, ModelEntry] = {

@@ -60,6 +60,9 @@ class BertSelfOutput(nn.Module):
 
 
 class BertAttention(nn.Module):
+    """The fused QKV projection, the attention op and the output projection + residual + LayerNorm, which
+    ``BertLayer.forward`` calls in turn (no forward of its own: see there why)."""
+
     def __init__(self, config: dict[str, Any]) -> None:
         super().__init__()
         hidden_size = config["hidden_size"]
@@ -69,12 +72,12 @@ class BertAttention(nn.Module):
         self.attn = Attention(AttentionSpec(num_heads=self.num_heads, head_size=self.head_size))
         self.output = BertSelfOutput(hidden_size, hidden_size, config.get("layer_norm_eps", 1e-12))
 
-    def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
+    def project(self, hidden_states: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """[num_tokens, hidden_size] -> q, k, v [num_tokens, num_heads, head_size]: one GEMM's output"""
         num_tokens = hidden_states.shape[0]
         qkv = self.qkv_proj(hidden_states)  # [num_tokens, 3 * hidden_size]
         q, k, v = qkv.view(num_tokens, 3, self.num_heads, self.head_size).unbind(1)
-        attn_out = self.attn(q, k, v)  # [num_tokens, num_heads, head_size]
-        return self.output(attn_out.reshape(num_tokens, -1), hidden_states)
+        return q, k, v
 
 
 class BertLayer(nn.Module):
@@ -87,8 +90,14 @@ class BertLayer(nn.Module):
         self.output = BertSelfOutput(intermediate_size, hidden_size, config.get("layer_norm_eps", 1e-12))
 
     def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
-        attn_out = self.attention(hidden_states)  # [num_tokens, hidden_size]
-        return self.mlp(attn_out)
+        # BertAttention's steps are called here, not through a forward of its own: a compiled layer breaks
+        # its graph once, at the attention op, and all that follows it (output projection, residual +
+        # LayerNorm, the MLP: with int8, each linear's input quantization too) is one graph that inductor
+        # fuses across, instead of a graph per frame left by the break
+        attention = self.attention
+        attn_out = attention.attn(*attention.project(hidden_states))  # [num_tokens, num_heads, head_size]
+        attn_out = attention.output(attn_out.reshape(hidden_states.shape[0], -1), hidden_states)
+        return self.mlp(attn_out)  # [num_tokens, hidden_size]
 
     def mlp(self, attn_out: torch.Tensor) -> torch.Tensor:
         """intermediate -> activation -> output dense -> residual + LayerNorm (what torch.compile fuses)."""
