@@ -8,6 +8,7 @@ from __future__ import annotations
 import re
 import subprocess
 import sys
+from types import SimpleNamespace
 
 import pytest
 
@@ -35,6 +36,15 @@ def test_events_fall_into_their_kinds() -> None:
     # wrappers: their self time is dispatch, part of the rest
     assert op_profile.kind_of("Torch-Compiled Region: 2/0") is None
     assert op_profile.kind_of("## Call CompiledFxGraph fabc ##") is None
+
+
+def test_what_runs_inside_an_attention_call_is_attention() -> None:
+    attention = SimpleNamespace(name=op_profile.ATTENTION_EVENT, cpu_parent=None)
+    gather = SimpleNamespace(name="aten::index_select", cpu_parent=attention)
+    inner = SimpleNamespace(name="aten::copy_", cpu_parent=gather)
+    outside = SimpleNamespace(name="aten::index_select", cpu_parent=None)
+    found = [op_profile.inside_attention(event) for event in (attention, gather, inner, outside)]
+    assert found == [True, True, True, False]
 
 
 def test_kinds_and_the_rest_add_up_to_the_wall_time() -> None:

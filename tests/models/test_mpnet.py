@@ -68,14 +68,14 @@ def save_tiny_mpnet(path: Path, seed: int, architecture: str, model_max_length: 
     tokenizer = MPNetTokenizer(
         vocab={token: i for i, token in enumerate(vocab)}, model_max_length=model_max_length
     )
+    sizes = {
+        "hidden_size": HIDDEN_SIZE,
+        "num_hidden_layers": 2,
+        "num_attention_heads": 4,
+        "intermediate_size": 37,
+    }
     config = MPNetConfig(
-        vocab_size=len(vocab),
-        hidden_size=HIDDEN_SIZE,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        intermediate_size=37,
-        max_position_embeddings=MAX_POSITIONS,
-        **overrides,
+        vocab_size=len(vocab), max_position_embeddings=MAX_POSITIONS, **{**sizes, **overrides}
     )
     torch.manual_seed(seed)
     model = getattr(transformers, architecture)(config)
@@ -161,7 +161,7 @@ def test_backends_without_a_bias_input_refuse_mpnet() -> None:
     for name in ("flash_attn", "xformers"):
         supported, reason = BACKENDS[name].supports(spec)
         assert not supported and "torch_sdpa" in reason
-    for name in CPU_BACKENDS:
+    for name in (*CPU_BACKENDS, "varlen_cpu"):  # varlen_cpu: the bias added in its kernel
         assert BACKENDS[name].supports(spec) == (True, "")
     assert "position bias" in spec.describe()
 
@@ -193,6 +193,20 @@ def test_masked_lm_checkpoint_serves_its_encoder(
     hidden, _ = run_wde(masked_lm, token_ids, "naive")
     assert max_abs_diff(hidden, run_hf(masked_lm, token_ids)) <= FP32_ATOL
     assert max_abs_diff(hidden, hf_hidden) <= FP32_ATOL, "the same seed draws the same encoder weights"
+
+
+def test_varlen_kernel_adds_the_bias_as_transformers(tmp_path: Path, token_ids: list[list[int]]) -> None:
+    """The CPU's own kernel (first choice on CPU) with MPNet's bias in its scores: heads of 16, which every
+    variant's vectors divide."""
+    from wde.layers.attention.backends import varlen_kernel
+
+    if reason := varlen_kernel.unavailable_reason():
+        pytest.skip(f"no varlen kernel: {reason}")
+    path = save_tiny_mpnet(
+        tmp_path / "heads-of-16", SEED, "MPNetModel", MAX_POSITIONS - 2, num_attention_heads=2
+    )
+    hidden, _ = run_wde(path, token_ids, "varlen_cpu")
+    assert max_abs_diff(hidden, run_hf(path, token_ids)) <= FP32_ATOL
 
 
 @pytest.mark.parametrize("backend_name", CPU_BACKENDS)

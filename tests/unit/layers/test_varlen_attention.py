@@ -134,6 +134,35 @@ def test_each_variant_matches_naive(isa: str, fresh_choice: None, monkeypatch: p
         assert (out - _naive(spec, q, k, v, seq_lens)).abs().max().item() <= TOLERANCE, head_size
 
 
+@pytest.mark.parametrize("isa", list(varlen_kernel.VARIANTS))
+def test_each_variant_adds_a_position_bias_as_naive_does(
+    isa: str, fresh_choice: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """MPNet's bias [heads, L, L] (L past the longest sequence, a sliced view with a row stride of its own),
+    indexed by position within each sequence, on lengths around the key blocks: as naive adds it."""
+    monkeypatch.setenv(varlen_kernel.ISA_ENV, isa)
+    if varlen_kernel.chosen_variant()[0] is None:
+        pytest.skip(f"the {isa} kernel cannot run here")
+    torch.manual_seed(5)
+    seq_lens = [1, 5, 16, 17, 40, 33]
+    spec = AttentionSpec(num_heads=4, head_size=32, position_bias=True)
+    q, k, v = torch.randn(3, sum(seq_lens), 4, 32).unbind(0)
+    bias = (torch.randn(4, 64, 64) * 2.0)[:, :45, :45]  # rows 64 floats apart, 45 >= the longest (40)
+    starts = torch.tensor([0, *torch.tensor(seq_lens).cumsum(0).tolist()], dtype=torch.int64)
+    out = varlen_kernel.varlen_attention(
+        q, k, v, starts, varlen_kernel.work_order(seq_lens), spec.scale, bias
+    )
+    naive = NaiveBackend(spec).forward(
+        q, k, v, NaiveBackend.build_metadata(seq_lens, torch.device("cpu")), position_bias=bias
+    )
+    assert (out - naive).abs().max().item() <= TOLERANCE
+    assert (out - _kernel(q, k, v, seq_lens, spec.scale)).abs().max().item() > 1e-2, "the bias moves outputs"
+    with pytest.raises(ValueError, match="L >= 40"):
+        varlen_kernel.varlen_attention(
+            q, k, v, starts, varlen_kernel.work_order(seq_lens), 1.0, bias[:, :30, :30]
+        )
+
+
 def test_unknown_isa_is_refused_with_the_choices(fresh_choice: None, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv(varlen_kernel.ISA_ENV, "sse2")
     assert varlen_kernel.chosen_variant() == (None, "WDE_VARLEN_ISA='sse2' is not one of avx512, avx2")

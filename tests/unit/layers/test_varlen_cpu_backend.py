@@ -51,7 +51,6 @@ def test_cpu_auto_picks_varlen_cpu_first() -> None:
     [
         (AttentionSpec(num_heads=4, head_size=32, causal=True), "no causal mask"),
         (AttentionSpec(num_heads=4, head_size=32, sliding_window=(64, 64)), "no sliding window"),
-        (AttentionSpec(num_heads=4, head_size=32, position_bias=True), "no position bias"),
         (AttentionSpec(num_heads=4, head_size=36), "head size 36 is not a multiple of"),
         (AttentionSpec(num_heads=1, head_size=256), "head size 256 is not a multiple of"),
     ],

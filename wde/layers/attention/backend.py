@@ -104,8 +104,8 @@ class AttentionBackend(ABC):
 
 
 class PositionBiasForward(Protocol):
-    """``forward`` of a backend whose ``supports`` accepts position-bias specs (naive, torch_sdpa): the bias
-    ``[num_heads, max_seqlen, max_seqlen]`` comes as a keyword."""
+    """``forward`` of a backend whose ``supports`` accepts position-bias specs (naive, torch_sdpa,
+    varlen_cpu): the bias ``[num_heads, max_seqlen, max_seqlen]`` comes as a keyword."""
 
     def __call__(
         self,

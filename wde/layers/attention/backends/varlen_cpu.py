@@ -2,11 +2,11 @@
 gather / scatter copies; 2-4x faster than grouped SDPA at head size 32).
 
 It runs where ``varlen_kernel`` has a kernel for the CPU (AVX-512F, else AVX2 + FMA) and a C compiler
-built it, on float32 layers with a plain spec: bidirectional, no sliding window, no position bias, every
-token a key, a head size the kernel's vectors divide (16 on AVX-512, 8 on AVX2; at most 128). Grouped-query
-heads are read in place. The selector says which of these failed when it passes the backend over; the CPU
-platform then takes ``torch_sdpa``. ``WDE_VARLEN_ATTENTION=0`` switches it off (the platform order skips
-it); ``WDE_VARLEN_ISA=avx2`` forces the AVX2 kernel on an AVX-512 CPU.
+built it, on float32 layers: bidirectional, no sliding window, every token a key, a head size the kernel's
+vectors divide (16 on AVX-512, 8 on AVX2; at most 128). Grouped-query heads are read in place; a position
+bias (MPNet's) is added to the scores in the kernel. The selector says which of these failed when it passes
+the backend over; the CPU platform then takes ``torch_sdpa``. ``WDE_VARLEN_ATTENTION=0`` switches it off
+(the platform order skips it); ``WDE_VARLEN_ISA=avx2`` forces the AVX2 kernel on an AVX-512 CPU.
 """
 
 from __future__ import annotations
@@ -51,8 +51,6 @@ class VarlenCpuBackend(AttentionBackend):
             return False, "the kernel attends bidirectionally (no causal mask); torch_sdpa runs causal layers"
         if spec.sliding_window is not None:
             return False, "the kernel has no sliding window; torch_sdpa runs windowed layers"
-        if spec.position_bias:
-            return False, "the kernel adds no position bias (MPNet); torch_sdpa runs such layers"
         reason = varlen_kernel.head_size_reason(spec.head_size)
         return not reason, reason
 
@@ -71,13 +69,20 @@ class VarlenCpuBackend(AttentionBackend):
         )
 
     def forward(
-        self, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, metadata: AttentionMetadata
+        self,
+        query: torch.Tensor,
+        key: torch.Tensor,
+        value: torch.Tensor,
+        metadata: AttentionMetadata,
+        position_bias: torch.Tensor | None = None,  # [num_heads, max_seqlen, max_seqlen]
     ) -> torch.Tensor:
         """[num_tokens, num_heads | num_kv_heads, head_size] x3 (strided views are read in place) ->
-        [num_tokens, num_heads, head_size]"""
+        [num_tokens, num_heads, head_size]; ``position_bias`` (MPNet's) added to the scores in the kernel"""
         assert isinstance(metadata, VarlenCpuMetadata) and metadata.seq_starts is not None
         assert metadata.work_order is not None
         query, key, value = (t if t.stride(-1) == 1 else t.contiguous() for t in (query, key, value))
+        if position_bias is not None and position_bias.stride(-1) != 1:
+            position_bias = position_bias.contiguous()
         return varlen_kernel.varlen_attention(
-            query, key, value, metadata.seq_starts, metadata.work_order, self.scale
+            query, key, value, metadata.seq_starts, metadata.work_order, self.scale, position_bias
         )

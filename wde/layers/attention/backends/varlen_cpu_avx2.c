@@ -25,6 +25,7 @@
 #include <stdlib.h>
 
 #define QB 4  // queries per block
+#define LOG2E 1.44269504088896341f
 
 static inline __m256 first_lanes(int64_t count) {  // all-ones in the lanes below count (any count)
     const int64_t c = count < 0 ? 0 : count > 8 ? 8 : count;
@@ -127,10 +128,10 @@ static inline void weighted_chunk(const float *p, int64_t n_pad, const float *v,
 static inline __attribute__((always_inline)) void attend(const float *q, const float *k, const float *v, float *out,
                                                        int64_t n, const int64_t nd, int64_t q_row, int64_t k_row,
                                                        int64_t v_row, int64_t out_row, float scale, float *kt,
-                                                       float *scores) {
+                                                       float *scores, const float *bias, int64_t bias_row) {
     const int64_t d = 8 * nd;
     const int64_t n_pad = (n + 15) & ~(int64_t)15;
-    const float q_scale = scale * 1.44269504088896341f;  // scores in log2 units
+    const float q_scale = scale * LOG2E;  // scores in log2 units
     for (int64_t j0 = 0; j0 < n_pad; j0 += 8)  // keys past n are zero columns (their scores are masked)
         for (int64_t c0 = 0; c0 < d; c0 += 8) transpose8(k + j0 * k_row + c0, k_row, n - j0, kt + c0 * n_pad + j0, n_pad);
     float qs[QB * 128] __attribute__((aligned(32)));
@@ -153,6 +154,16 @@ static inline __attribute__((always_inline)) void attend(const float *q, const f
                     const __m256 qc = _mm256_broadcast_ss(qs + r * d + c);
                     a[r][0] = _mm256_fmadd_ps(qc, k0, a[r][0]);
                     a[r][1] = _mm256_fmadd_ps(qc, k1, a[r][1]);
+                }
+            }
+            if (bias) {  // + bias[query, key], in log2 units like the scores
+                const __m256i keys0 = _mm256_castps_si256(first_lanes(n - j));
+                const __m256i keys1 = _mm256_castps_si256(first_lanes(n - j - 8));
+                const __m256 log2e = _mm256_set1_ps(LOG2E);
+                for (int r = 0; r < QB; ++r) {
+                    const float *bias_r = bias + (i0 + (r < nq ? r : 0)) * bias_row + j;
+                    a[r][0] = _mm256_fmadd_ps(_mm256_maskload_ps(bias_r, keys0), log2e, a[r][0]);
+                    a[r][1] = _mm256_fmadd_ps(_mm256_maskload_ps(bias_r + 8, keys1), log2e, a[r][1]);
                 }
             }
             if (n - j < 16) {
@@ -194,9 +205,9 @@ static inline __attribute__((always_inline)) void attend(const float *q, const f
 
 static void attend_one(const float *q, const float *k, const float *v, float *out, int64_t n, int64_t d,
                        int64_t q_row, int64_t k_row, int64_t v_row, int64_t out_row, float scale, float *kt,
-                       float *scores) {
+                       float *scores, const float *bias, int64_t bias_row) {
 #define ATTEND(ND) \
-    case ND: attend(q, k, v, out, n, ND, q_row, k_row, v_row, out_row, scale, kt, scores); break;
+    case ND: attend(q, k, v, out, n, ND, q_row, k_row, v_row, out_row, scale, kt, scores, bias, bias_row); break;
     switch (d / 8) {  // 1..16 (the Python side checks)
         ATTEND(1) ATTEND(2) ATTEND(3) ATTEND(4) ATTEND(5) ATTEND(6) ATTEND(7) ATTEND(8)
         ATTEND(9) ATTEND(10) ATTEND(11) ATTEND(12) ATTEND(13) ATTEND(14) ATTEND(15) ATTEND(16)
@@ -207,11 +218,14 @@ static void attend_one(const float *q, const float *k, const float *v, float *ou
 // q [tokens, heads, d] (row stride q_row floats, head stride q_head), k / v [tokens, kv_heads, d] likewise,
 // out [tokens, heads, d] (row stride out_row, head stride d); seq_starts [num_seqs + 1]; order: sequence
 // indices, longest first (work item w is head w % heads of sequence order[w / heads]). d must be a multiple
-// of 8, at most 128.
+// of 8, at most 128. bias: NULL, or a score bias [heads, L, L] (head stride bias_head, row stride bias_row)
+// added to every sequence's scores by position within the sequence (query i, key j: bias[h, i, j]); L is at
+// least the longest sequence.
 void wde_varlen_attention(const float *q, const float *k, const float *v, float *out, const int64_t *seq_starts,
                           int64_t num_seqs, int64_t heads, int64_t kv_heads, int64_t d, int64_t q_row,
                           int64_t q_head, int64_t k_row, int64_t k_head, int64_t v_row, int64_t v_head,
-                          int64_t out_row, float scale, const int64_t *order, int num_threads) {
+                          int64_t out_row, float scale, const int64_t *order, int num_threads, const float *bias,
+                          int64_t bias_head, int64_t bias_row) {
     int64_t max_len = 0;
     for (int64_t s = 0; s < num_seqs; ++s) {
         const int64_t n = seq_starts[s + 1] - seq_starts[s];
@@ -230,7 +244,8 @@ void wde_varlen_attention(const float *q, const float *k, const float *v, float 
             const int64_t start = seq_starts[s], n = seq_starts[s + 1] - start;
             if (n == 0) continue;
             attend_one(q + start * q_row + h * q_head, k + start * k_row + hk * k_head, v + start * v_row + hk * v_head,
-                       out + start * out_row + h * d, n, d, q_row, k_row, v_row, out_row, scale, kt, scores);
+                       out + start * out_row + h * d, n, d, q_row, k_row, v_row, out_row, scale, kt, scores,
+                       bias ? bias + h * bias_head : NULL, bias_row);
         }
         free(buf);
     }

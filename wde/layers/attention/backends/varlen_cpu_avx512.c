@@ -22,6 +22,7 @@
 #include <stdlib.h>
 
 #define QB 8  // queries per block
+#define LOG2E 1.44269504088896341f
 
 static inline __mmask16 first_lanes(int64_t count) {  // the first count (< 16) lanes
     return (__mmask16)((1u << count) - 1u);
@@ -99,12 +100,12 @@ static inline __attribute__((always_inline)) void weighted_values(const float *p
 static inline __attribute__((always_inline)) void attend(const float *q, const float *k, const float *v, float *out,
                                                        int64_t n, const int64_t nd, int64_t q_row, int64_t k_row,
                                                        int64_t v_row, int64_t out_row, float scale, float *kt,
-                                                       float *scores) {
+                                                       float *scores, const float *bias, int64_t bias_row) {
     const int64_t d = 16 * nd;
     // queries per weighted_values pass: pq * nd accumulators + nd V vectors + 1 broadcast <= 32 registers
     const int pq = 9 * nd + 1 <= 32 ? 8 : 5 * nd + 1 <= 32 ? 4 : 2;
     const int64_t n_pad = (n + 15) & ~(int64_t)15;
-    const float q_scale = scale * 1.44269504088896341f;  // scores in log2 units
+    const float q_scale = scale * LOG2E;  // scores in log2 units
     for (int64_t j0 = 0; j0 < n; j0 += 16)
         for (int64_t c0 = 0; c0 < d; c0 += 16) transpose16(k + j0 * k_row + c0, k_row, n - j0, kt + c0 * n_pad + j0, n_pad);
     float qs[QB * 128] __attribute__((aligned(64)));
@@ -124,6 +125,13 @@ static inline __attribute__((always_inline)) void attend(const float *q, const f
             for (int64_t c = 0; c < d; ++c) {
                 const __m512 kv = _mm512_loadu_ps(kt + c * n_pad + j);
                 for (int r = 0; r < QB; ++r) a[r] = _mm512_fmadd_ps(_mm512_set1_ps(qs[r * d + c]), kv, a[r]);
+            }
+            if (bias) {  // + bias[query, key], in log2 units like the scores
+                const __mmask16 keys = n - j < 16 ? first_lanes(n - j) : (__mmask16)0xffff;
+                for (int r = 0; r < QB; ++r) {
+                    const float *bias_r = bias + (i0 + (r < nq ? r : 0)) * bias_row + j;
+                    a[r] = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(keys, bias_r), _mm512_set1_ps(LOG2E), a[r]);
+                }
             }
             if (n - j < 16) {
                 const __mmask16 keys = first_lanes(n - j);
@@ -157,27 +165,30 @@ static inline __attribute__((always_inline)) void attend(const float *q, const f
 
 static void attend_one(const float *q, const float *k, const float *v, float *out, int64_t n, int64_t d,
                        int64_t q_row, int64_t k_row, int64_t v_row, int64_t out_row, float scale, float *kt,
-                       float *scores) {
+                       float *scores, const float *bias, int64_t bias_row) {
     switch (d / 16) {  // 1..8 (the Python side checks)
-        case 1: attend(q, k, v, out, n, 1, q_row, k_row, v_row, out_row, scale, kt, scores); break;
-        case 2: attend(q, k, v, out, n, 2, q_row, k_row, v_row, out_row, scale, kt, scores); break;
-        case 3: attend(q, k, v, out, n, 3, q_row, k_row, v_row, out_row, scale, kt, scores); break;
-        case 4: attend(q, k, v, out, n, 4, q_row, k_row, v_row, out_row, scale, kt, scores); break;
-        case 5: attend(q, k, v, out, n, 5, q_row, k_row, v_row, out_row, scale, kt, scores); break;
-        case 6: attend(q, k, v, out, n, 6, q_row, k_row, v_row, out_row, scale, kt, scores); break;
-        case 7: attend(q, k, v, out, n, 7, q_row, k_row, v_row, out_row, scale, kt, scores); break;
-        case 8: attend(q, k, v, out, n, 8, q_row, k_row, v_row, out_row, scale, kt, scores); break;
+        case 1: attend(q, k, v, out, n, 1, q_row, k_row, v_row, out_row, scale, kt, scores, bias, bias_row); break;
+        case 2: attend(q, k, v, out, n, 2, q_row, k_row, v_row, out_row, scale, kt, scores, bias, bias_row); break;
+        case 3: attend(q, k, v, out, n, 3, q_row, k_row, v_row, out_row, scale, kt, scores, bias, bias_row); break;
+        case 4: attend(q, k, v, out, n, 4, q_row, k_row, v_row, out_row, scale, kt, scores, bias, bias_row); break;
+        case 5: attend(q, k, v, out, n, 5, q_row, k_row, v_row, out_row, scale, kt, scores, bias, bias_row); break;
+        case 6: attend(q, k, v, out, n, 6, q_row, k_row, v_row, out_row, scale, kt, scores, bias, bias_row); break;
+        case 7: attend(q, k, v, out, n, 7, q_row, k_row, v_row, out_row, scale, kt, scores, bias, bias_row); break;
+        case 8: attend(q, k, v, out, n, 8, q_row, k_row, v_row, out_row, scale, kt, scores, bias, bias_row); break;
     }
 }
 
 // q [tokens, heads, d] (row stride q_row floats, head stride q_head), k / v [tokens, kv_heads, d] likewise,
 // out [tokens, heads, d] (row stride out_row, head stride d); seq_starts [num_seqs + 1]; order: sequence
 // indices, longest first (work item w is head w % heads of sequence order[w / heads]). d must be a multiple
-// of 16, at most 128.
+// of 16, at most 128. bias: NULL, or a score bias [heads, L, L] (head stride bias_head, row stride bias_row)
+// added to every sequence's scores by position within the sequence (query i, key j: bias[h, i, j]); L is at
+// least the longest sequence.
 void wde_varlen_attention(const float *q, const float *k, const float *v, float *out, const int64_t *seq_starts,
                           int64_t num_seqs, int64_t heads, int64_t kv_heads, int64_t d, int64_t q_row,
                           int64_t q_head, int64_t k_row, int64_t k_head, int64_t v_row, int64_t v_head,
-                          int64_t out_row, float scale, const int64_t *order, int num_threads) {
+                          int64_t out_row, float scale, const int64_t *order, int num_threads, const float *bias,
+                          int64_t bias_head, int64_t bias_row) {
     int64_t max_len = 0;
     for (int64_t s = 0; s < num_seqs; ++s) {
         const int64_t n = seq_starts[s + 1] - seq_starts[s];
@@ -196,7 +207,8 @@ void wde_varlen_attention(const float *q, const float *k, const float *v, float 
             const int64_t start = seq_starts[s], n = seq_starts[s + 1] - start;
             if (n == 0) continue;
             attend_one(q + start * q_row + h * q_head, k + start * k_row + hk * k_head, v + start * v_row + hk * v_head,
-                       out + start * out_row + h * d, n, d, q_row, k_row, v_row, out_row, scale, kt, scores);
+                       out + start * out_row + h * d, n, d, q_row, k_row, v_row, out_row, scale, kt, scores,
+                       bias ? bias + h * bias_head : NULL, bias_row);
         }
         free(buf);
     }

@@ -117,7 +117,8 @@ def _load() -> tuple[ctypes.CDLL | None, str]:
         return None, f"the {variant.isa} kernel did not build with {compiler}: {e}"
     function = library.wde_varlen_attention
     i64, ptr = ctypes.c_int64, ctypes.c_void_p
-    function.argtypes = [ptr, ptr, ptr, ptr, ptr, *[i64] * 11, ctypes.c_float, ptr, ctypes.c_int]
+    # q k v out seq_starts, 11 sizes / strides, scale, order, threads, bias and its head / row strides
+    function.argtypes = [ptr] * 5 + [i64] * 11 + [ctypes.c_float, ptr, ctypes.c_int, ptr, i64, i64]
     function.restype = None
     return library, ""
 
@@ -159,10 +160,13 @@ def varlen_attention(
     seq_starts: torch.Tensor,
     order: torch.Tensor,
     scale: float,
+    bias: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """query [num_tokens, num_heads, head_size], key / value [num_tokens, num_kv_heads, head_size] (float32 on
     the CPU, any row and head strides, contiguous head vectors), ``seq_starts`` [num_seqs + 1] int64 CPU,
-    ``order`` from ``work_order(seq_lens)`` -> [num_tokens, num_heads, head_size] float32."""
+    ``order`` from ``work_order(seq_lens)`` -> [num_tokens, num_heads, head_size] float32. ``bias``: None, or
+    [num_heads, L, L] float32 (L >= the longest sequence, contiguous rows) added to each sequence's scores by
+    position within it (MPNet's relative position bias)."""
     library, reason = _load()
     if library is None:
         raise RuntimeError(f"the varlen CPU attention kernel cannot run here: {reason}")
@@ -188,5 +192,25 @@ def varlen_attention(
         scale,
         order.data_ptr(),
         torch.get_num_threads(),
+        *_bias_args(bias, num_heads, seq_starts),
     )
     return out
+
+
+def _bias_args(bias: torch.Tensor | None, num_heads: int, seq_starts: torch.Tensor) -> tuple[int, int, int]:
+    """(pointer, head stride, row stride) of ``bias`` for the kernel; (0, 0, 0) without one."""
+    if bias is None:
+        return 0, 0, 0
+    max_len = int((seq_starts[1:] - seq_starts[:-1]).max()) if seq_starts.numel() > 1 else 0
+    if (
+        bias.dtype != torch.float32
+        or bias.dim() != 3
+        or bias.shape[0] != num_heads
+        or min(bias.shape[1:]) < max_len
+        or bias.stride(2) != 1
+    ):
+        raise ValueError(
+            f"bias must be float32 [num_heads={num_heads}, L, L] with L >= {max_len} and contiguous rows; "
+            f"got {bias.dtype} {list(bias.shape)} strides {bias.stride()}"
+        )
+    return bias.data_ptr(), bias.stride(0), bias.stride(1)
