@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 # transformers BertConfig fields of each size; "tiny" is for --smoke runs on a CPU
-BERT_SIZES: dict[str, dict[str, int]] = {
+BERT_SIZES: dict[str, dict[str, Any]] = {
     "base": {
         "hidden_size": 768,
         "num_hidden_layers": 12,
@@ -95,11 +95,9 @@ def write_random_cross_encoder(directory: Path, size: str, tokenizer_dir: Path, 
     from transformers import BertConfig, BertForSequenceClassification
 
     config = BertConfig(
-        vocab_size=vocab_size_of(tokenizer_dir),
-        max_position_embeddings=MAX_POSITIONS,
-        num_labels=1,
-        **BERT_SIZES[size],
+        vocab_size=vocab_size_of(tokenizer_dir), max_position_embeddings=MAX_POSITIONS, **BERT_SIZES[size]
     )
+    config.num_labels = 1  # PretrainedConfig's, not a BertConfig argument to the type checker
     model = random_model(BertForSequenceClassification, config, device)
     with tempfile.TemporaryDirectory() as scratch:
         hf_dir = save_with_tokenizer(model, tokenizer_dir, Path(scratch))
