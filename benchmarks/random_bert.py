@@ -65,9 +65,8 @@ def write_random_bert(directory: Path, size: str, tokenizer_dir: Path, device: s
     ``directory``; ``device``: where the weights are drawn (a GPU draws BERT-large's 335M in no time)."""
     from transformers import BertConfig, BertModel
 
-    sizes: dict[str, Any] = BERT_SIZES[size]
     config = BertConfig(
-        vocab_size=vocab_size_of(tokenizer_dir), max_position_embeddings=MAX_POSITIONS, **sizes
+        vocab_size=vocab_size_of(tokenizer_dir), max_position_embeddings=MAX_POSITIONS, **BERT_SIZES[size]
     )
     # with its pooler, as sentence-transformers loads it (mean pooling ignores it)
     model = random_model(BertModel, config, device)

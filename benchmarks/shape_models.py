@@ -18,10 +18,9 @@ from pathlib import Path
 from benchmarks.peers import REPO_ROOT
 from benchmarks.random_bert import write_random_bert, write_random_cross_encoder, write_random_xlm_roberta
 from benchmarks.random_decoder import write_random_decoder, write_random_gemma3
-from benchmarks.real_weights import mpnet_path
+from benchmarks.real_weights import ST_MARKER, mpnet_path
 
 SHAPES_DIR = REPO_ROOT / ".bench-cache" / "shapes"
-ST_MARKER = "modules.json"
 CUT_LAYERS = 4  # the decoders' layers on a CPU
 
 # (folder, tokenizer folder) -> the folder, written
