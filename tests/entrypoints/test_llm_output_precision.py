@@ -17,7 +17,8 @@ import pytest
 
 import wde
 from tests.tiny_models import training_texts
-from wde.entrypoints.output_precision import Calibration, load_calibration_texts
+from wde.calibration import load_calibration_texts
+from wde.entrypoints.output_precision import Calibration
 
 NUM_QUERIES = 20
 NUM_CALIBRATION = 100

@@ -1,7 +1,8 @@
 """``quantization="int8"``: every family loads and answers close to its float32 self; on the real default
-model the int8 embeddings keep the ranking (cosine to float32), each text's embedding does not depend on its
-batch-mates, and the server reports and serves it. Tolerances: int8 weights and activations lose ~1% per
-linear layer; on all-MiniLM-L6-v2 over real text the mean cosine to float32 is ~0.998, the minimum ~0.996.
+model the int8 embeddings (smoothed by a calibration pass at load) keep the ranking (cosine to float32),
+each text's embedding does not depend on its batch-mates, and the server reports and serves it.
+Tolerances: int8 weights and activations lose ~1% per linear layer; on all-MiniLM-L6-v2 over real text the
+mean cosine to float32 is ~0.999, the minimum ~0.997.
 """
 
 from __future__ import annotations
@@ -19,9 +20,10 @@ from wde import LLM, EngineArgs
 from wde.entrypoints.async_llm_engine import AsyncLLMEngine
 from wde.layers.quantization.int8_linear import Int8Linear
 
-# all-MiniLM-L6-v2, real text
-MIN_COSINE_REAL = 0.99
-MEAN_COSINE_REAL = 0.995
+# all-MiniLM-L6-v2, real text, smoothed by the calibration pass (measured over 400 documents: min 0.9972,
+# mean 0.9990; without smoothing 0.9961 / 0.9981)
+MIN_COSINE_REAL = 0.995
+MEAN_COSINE_REAL = 0.998
 # tiny random checkpoints (random weights quantize about as well as trained ones; looser for safety)
 MIN_COSINE_TINY = 0.98
 MAX_SCORE_DIFF_TINY = 0.05  # cross-encoder scores after the sigmoid
@@ -61,6 +63,7 @@ def test_default_model_int8_close_to_float32(int8_llm: LLM, default_llm: LLM) ->
     assert cosine.mean() >= MEAN_COSINE_REAL, f"mean cosine {cosine.mean():.5f}"
     linears = [m for m in int8_llm.engine.runner.model.modules() if isinstance(m, Int8Linear)]
     assert len(linears) == 4 * 6  # fused qkv, attention output, intermediate, output in each of 6 layers
+    assert all(linear.input_scale is not None for linear in linears)  # every one smoothed at load
 
 
 @pytest.mark.slow

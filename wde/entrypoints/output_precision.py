@@ -12,39 +12,17 @@ depend on the request or the batch it came in. binary / ubinary keep the sign bi
 
 from __future__ import annotations
 
-import json
 import threading
 from collections.abc import Callable
-from pathlib import Path
 
 import numpy as np
 
+from wde.calibration import BUNDLED_TEXTS, load_calibration_texts
 from wde.config import PRECISION_NAMES, ModelConfig
 from wde.inputs import PoolingParams
 
 CALIBRATED = ("int8", "uint8")
-MAX_CALIBRATION_TEXTS = 10_000
 BUNDLED = "bundled"  # the source of the calibration set shipped with wde
-BUNDLED_TEXTS = Path(__file__).resolve().parents[1] / "calibration" / "sentences.txt"
-
-
-def load_calibration_texts(path: str | Path) -> list[str]:
-    """Texts of a ``.jsonl`` file (its ``"text"`` fields) or of a text file (one per non-empty line)."""
-    path = Path(path).expanduser()
-    if not path.is_file():
-        raise ValueError(
-            f"calibration file {str(path)!r} does not exist; pass a .jsonl or .txt file of texts"
-        )
-    with path.open(encoding="utf-8") as f:
-        if path.suffix == ".jsonl":
-            texts = [json.loads(line)["text"] for line in f if line.strip()]
-        else:
-            texts = [line.rstrip("\n") for line in f if line.strip()]
-    if len(texts) < 2:
-        raise ValueError(
-            f"calibration file {str(path)!r} has {len(texts)} texts; int8 ranges need many (~1,000)"
-        )
-    return texts[:MAX_CALIBRATION_TEXTS]
 
 
 def quantization_ranges(calibration: np.ndarray) -> np.ndarray:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import importlib
 import logging
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -15,10 +16,11 @@ from wde.config import ModelConfig
 from wde.layers.attention.backend import AttentionBackend
 from wde.layers.attention.layer import attention_specs, bind_attention_backend
 from wde.layers.attention.spec import AttentionSpec
-from wde.layers.quantization.quantize import quantize_model
+from wde.layers.quantization.quantize import SMOOTHED, quantize_model
 from wde.model_folder.model_files import check_model_files, weight_files
 from wde.model_folder.registry import ModelEntry, resolve_architecture
 from wde.models.interface import WdeModel
+from wde.worker.calibration_pass import calibration_input_maxima
 
 logger = logging.getLogger(__name__)
 
@@ -64,12 +66,23 @@ def load_model(
     with torch.device("meta"):
         model = model_cls(model_config.hf_config)
     # 2. one attention backend instance per layer, of a class that honours every layer's spec
-    bind_attention_backend(model, choose_backend(attention_specs(model)))
+    backend_cls = choose_backend(attention_specs(model))
+    bind_attention_backend(model, backend_cls)
     model = model.to_empty(device=device).to(dtype)
     # 3. copy the checkpoint in
     model.load_weights(iterate_weights(model_config.model))
-    # 4. quantize the blocks' weights when asked to
+    model.eval()
+    # 4. quantize the blocks' weights when asked to (int8: smoothed by a calibration pass's activations)
     if model_config.quantization is not None:
-        num_layers = quantize_model(model, model_config.quantization)
-        logger.info("quantization %s: %d linear layers", model_config.quantization, num_layers)
-    return model.eval()
+        input_maxima, start = None, time.perf_counter()
+        if model_config.quantization in SMOOTHED:
+            input_maxima = calibration_input_maxima(model, model_config, backend_cls, device)
+        num_layers = quantize_model(model, model_config.quantization, input_maxima)
+        logger.info(
+            "quantization %s: %d linear layers in %.2fs%s",
+            model_config.quantization,
+            num_layers,
+            time.perf_counter() - start,
+            " (calibration pass included)" if input_maxima else "",
+        )
+    return model

@@ -12,14 +12,13 @@ import pytest
 from sentence_transformers.util.quantization import quantize_embeddings
 
 from tests.unit.engine.conftest import make_model_config
+from wde.calibration import BUNDLED_TEXTS, load_calibration_texts
 from wde.config import ModelConfig
 from wde.entrypoints.output_precision import (
     BUNDLED,
-    BUNDLED_TEXTS,
     Calibration,
     calibration_options,
     default_option_sets,
-    load_calibration_texts,
     quantization_ranges,
     quantize,
 )

@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 
+import torch
 from torch import nn
 
 from wde.layers.quantization.fp8_linear import Fp8Linear, can_quantize, check_fp8_device
@@ -19,6 +20,8 @@ from wde.layers.quantization.int8_gemm import chosen_gemm
 from wde.layers.quantization.int8_linear import Int8Linear
 
 logger = logging.getLogger(__name__)
+
+InputMaxima = dict[nn.Linear, torch.Tensor]  # per linear: max |input| per channel, [in_features]
 
 
 def block_linears(model: nn.Module) -> list[tuple[nn.Module, str, nn.Linear]]:
@@ -32,19 +35,24 @@ def block_linears(model: nn.Module) -> list[tuple[nn.Module, str, nn.Linear]]:
     return list(found.values())
 
 
-def quantize_int8(model: nn.Module) -> int:
-    """Swap the block linears for ``Int8Linear`` in place; returns how many were swapped."""
+def quantize_int8(model: nn.Module, input_maxima: InputMaxima | None = None) -> int:
+    """Swap the block linears for ``Int8Linear`` in place; returns how many were swapped. ``input_maxima``:
+    per linear, the largest |input| per channel over calibration texts (``smoothing.record_input_maxima``):
+    those linears are smoothed."""
     linears = block_linears(model)
     gemm = chosen_gemm()
-    logger.info("int8 GEMM %s: %s", gemm.name, gemm.why)
+    input_maxima = input_maxima or {}
+    num_smoothed = sum(linear in input_maxima for _, _, linear in linears)
+    logger.info("int8 GEMM %s: %s; %d of %d smoothed", gemm.name, gemm.why, num_smoothed, len(linears))
     for parent, name, linear in linears:
-        setattr(parent, name, Int8Linear.from_linear(linear, gemm))
+        setattr(parent, name, Int8Linear.from_linear(linear, gemm, input_maxima.get(linear)))
     return len(linears)
 
 
-def quantize_fp8(model: nn.Module) -> int:
+def quantize_fp8(model: nn.Module, _input_maxima: InputMaxima | None = None) -> int:
     """Swap the block linears whose sizes the FP8 GEMM takes (multiples of 16) for ``Fp8Linear`` in place;
-    returns how many were swapped. Refuses a GPU without FP8 matrix units."""
+    returns how many were swapped. Refuses a GPU without FP8 matrix units. (Per-token FP8 keeps 3 mantissa
+    bits in every channel: no smoothing.)"""
     check_fp8_device(next(model.parameters()).device)
     linears = [
         (parent, name, linear) for parent, name, linear in block_linears(model) if can_quantize(linear)
@@ -54,11 +62,16 @@ def quantize_fp8(model: nn.Module) -> int:
     return len(linears)
 
 
-QUANTIZERS: dict[str, Callable[[nn.Module], int]] = {"int8": quantize_int8, "fp8": quantize_fp8}
+QUANTIZERS: dict[str, Callable[[nn.Module, InputMaxima | None], int]] = {
+    "int8": quantize_int8,
+    "fp8": quantize_fp8,
+}
+# the methods that use calibration texts' activations (``input_maxima``) when given them
+SMOOTHED = ("int8",)
 
 
-def quantize_model(model: nn.Module, method: str) -> int:
+def quantize_model(model: nn.Module, method: str, input_maxima: InputMaxima | None = None) -> int:
     """Quantize ``model`` in place with ``method`` (a key of ``QUANTIZERS``); returns the layers changed."""
     if method not in QUANTIZERS:
         raise ValueError(f"quantization {method!r} is not one of {sorted(QUANTIZERS)}")
-    return QUANTIZERS[method](model)
+    return QUANTIZERS[method](model, input_maxima)
