@@ -19,6 +19,7 @@ from tests.tiny_models import training_texts
 from wde import LLM, EngineArgs
 from wde.entrypoints.async_llm_engine import AsyncLLMEngine
 from wde.layers.quantization.int8_linear import Int8Linear
+from wde.layers.quantization.smoothing import SMOOTHING_ENV
 
 # all-MiniLM-L6-v2, real text, smoothed by the calibration pass (measured over 400 documents: min 0.9972,
 # mean 0.9990; without smoothing 0.9961 / 0.9981)
@@ -90,6 +91,17 @@ def test_every_family_runs_int8(tmp_path: Path, architecture: str) -> None:
         got = np.array([o.score for o in int8.score([q for q, _ in PAIRS], [d for _, d in PAIRS])])
         expected = np.array([o.score for o in exact.score([q for q, _ in PAIRS], [d for _, d in PAIRS])])
         assert np.abs(got - expected).max() <= MAX_SCORE_DIFF_TINY
+
+
+@pytest.mark.parametrize("smoothing", ["1", "0"])
+def test_a_load_smooths_every_block_linear_unless_switched_off(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, smoothing: str
+) -> None:
+    monkeypatch.setenv(SMOOTHING_ENV, smoothing)
+    save, _, _ = FAMILIES["BertModel"]
+    int8 = LLM(str(save(tmp_path / "model")), device="cpu", quantization="int8")
+    linears = [m for m in int8.engine.runner.model.modules() if isinstance(m, Int8Linear)]
+    assert linears and all((linear.input_scale is not None) == (smoothing == "1") for linear in linears)
 
 
 def test_int8_is_refused_where_it_does_not_run(default_model_path: str) -> None:

@@ -17,6 +17,7 @@ from wde.layers.attention.backend import AttentionBackend
 from wde.layers.attention.layer import attention_specs, bind_attention_backend
 from wde.layers.attention.spec import AttentionSpec
 from wde.layers.quantization.quantize import SMOOTHED, quantize_model
+from wde.layers.quantization.smoothing import smoothing_enabled
 from wde.model_folder.model_files import check_model_files, weight_files
 from wde.model_folder.registry import ModelEntry, resolve_architecture
 from wde.models.interface import WdeModel
@@ -75,7 +76,7 @@ def load_model(
     # 4. quantize the blocks' weights when asked to (int8: smoothed by a calibration pass's activations)
     if model_config.quantization is not None:
         input_maxima, start = None, time.perf_counter()
-        if model_config.quantization in SMOOTHED:
+        if model_config.quantization in SMOOTHED and smoothing_enabled():
             input_maxima = calibration_input_maxima(model, model_config, backend_cls, device)
         num_layers = quantize_model(model, model_config.quantization, input_maxima)
         logger.info(

@@ -9,7 +9,13 @@ from torch import nn
 
 from wde.layers.quantization.int8_gemm import WEIGHT_MAX, Int8Gemm
 from wde.layers.quantization.int8_linear import LINEAR_KERNELS, Int8Linear
-from wde.layers.quantization.smoothing import ALPHA, record_input_maxima, smoothing_scales
+from wde.layers.quantization.smoothing import (
+    ALPHA,
+    SMOOTHING_ENV,
+    record_input_maxima,
+    smoothing_enabled,
+    smoothing_scales,
+)
 
 GEMMS = [Int8Gemm(name, "test") for name in WEIGHT_MAX]
 NUM_OUTLIERS = 4
@@ -91,3 +97,13 @@ def test_record_input_maxima_keeps_the_largest_per_channel_and_removes_its_hooks
     assert maxima[second].shape == (2,)
     assert unused not in maxima  # a linear that never ran is not smoothed
     assert not first._forward_pre_hooks and not second._forward_pre_hooks
+
+
+def test_the_switch_reads_zero_or_one_and_refuses_anything_else(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv(SMOOTHING_ENV, raising=False)
+    assert smoothing_enabled()
+    monkeypatch.setenv(SMOOTHING_ENV, "0")
+    assert not smoothing_enabled()
+    monkeypatch.setenv(SMOOTHING_ENV, "off")
+    with pytest.raises(ValueError, match="WDE_INT8_SMOOTHING='off' is not 0 or 1"):
+        smoothing_enabled()

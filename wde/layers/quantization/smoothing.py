@@ -16,6 +16,7 @@ documents of real text the int8 embeddings' mean cosine to float32 went 0.99670 
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 
 import torch
@@ -23,6 +24,15 @@ from torch import nn
 
 ALPHA = 0.5  # the paper's default; 0.3 and 0.7 were worse or no better on all-mpnet-base-v2
 MIN_MAX = 1e-5  # a channel never seen (or an all-zero weight column) keeps s = 1
+SMOOTHING_ENV = "WDE_INT8_SMOOTHING"  # "0": per-token scales alone, no calibration pass (to compare)
+
+
+def smoothing_enabled() -> bool:
+    """Whether an int8 load smooths (``WDE_INT8_SMOOTHING``: 1, the default, or 0)."""
+    value = os.environ.get(SMOOTHING_ENV, "1").strip()
+    if value not in ("0", "1"):
+        raise ValueError(f"{SMOOTHING_ENV}={value!r} is not 0 or 1; unset it to smooth (the default)")
+    return value == "1"
 
 
 def smoothing_scales(input_max: torch.Tensor, weight: torch.Tensor, alpha: float = ALPHA) -> torch.Tensor:
