@@ -16,7 +16,7 @@ from wde.layers.quantization.quantize import InputMaxima, block_linears
 from wde.layers.quantization.smoothing import record_input_maxima
 from wde.models.interface import WdeModel
 from wde.request import Request
-from wde.tokenizer import Tokenizer
+from wde.tokenizer import TextInput, Tokenizer
 from wde.worker.input_batch import InputBatch
 
 # 32 gave all-mpnet-base-v2 the same int8 accuracy as 128 (min cosine to float32 0.9945 / 0.9941 over 200
@@ -36,7 +36,7 @@ def calibration_input_maxima(
         model_config.pair_truncation,
         model_config.added_special_tokens,
     )
-    texts = load_calibration_texts(BUNDLED_TEXTS)[:NUM_TEXTS]
+    texts: list[TextInput] = list(load_calibration_texts(BUNDLED_TEXTS)[:NUM_TEXTS])
     requests = [
         Request(f"calibration-{index}", token_ids=encoded.token_ids, token_type_ids=encoded.token_type_ids)
         for index, encoded in enumerate(tokenizer.encode_batch(texts))
