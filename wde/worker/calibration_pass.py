@@ -1,8 +1,8 @@
 """The calibration pass of an int8 load: a few of wde's bundled calibration sentences through the float model,
 before its linears are swapped, to find the activation ranges that int8 smoothing evens out
-(``wde/layers/quantization/smoothing.py``). One batch of ``NUM_TEXTS`` sentences (~1,000 tokens): about a
-second of a BERT-base load on 2 cores. The same sentences every load, so two loads of a model quantize it
-alike."""
+(``wde/layers/quantization/smoothing.py``). One batch of ``NUM_TEXTS`` sentences (~1,000 tokens): seconds
+of a base model's load on 2 cores (all-mpnet-base-v2: 2.8 s, the cores shared with a test run). The same
+sentences every load, so two loads of a model quantize it alike."""
 
 from __future__ import annotations
 

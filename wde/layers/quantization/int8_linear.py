@@ -10,9 +10,9 @@ Dynamic per-token scales need no calibration set, and a token's scale never depe
 an embedding does not change with what it is batched with. Where the model ran a few calibration texts at
 load, each layer's inputs are first divided by fixed per-channel factors that its weights were multiplied by
 (``input_scale`` = 1 / s, ``smoothing.py``): the outlier channels no longer take a token's int8 range.
-The quantize -> matmul -> dequantize chain runs
-through ``torch.compile`` (inductor fuses the row max, division, rounding and cast into one pass, and the
-two scales and the bias into another); where no compiler works it runs eagerly, ~1.3x slower.
+The quantize -> matmul -> dequantize chain runs through ``torch.compile`` (inductor fuses the smoothing
+multiply, row max, division, rounding and cast into one pass, and the two scales and the bias into another);
+where no compiler works it runs eagerly, ~1.3x slower.
 """
 
 from __future__ import annotations
