@@ -227,6 +227,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--tests-timeout-s", type=float, default=200.0)
     parser.add_argument("--bench-arg", action="append", default=[], help="extra benchmarks.gpu_modes flag")
     parser.add_argument(
+        "--host-arg", action="append", default=[], help="extra benchmarks.host_overhead flag (after ours)"
+    )
+    parser.add_argument(
         "--device",
         default="cuda",
         choices=["cuda", "cpu"],
@@ -307,7 +310,7 @@ def host_command(args: argparse.Namespace, data_dir: Path | None) -> list[str]:
         command += ["--data", str(data_dir / "docs.jsonl")]
     if args.device != "cuda":
         command += ["--num-texts", "200", "--repeats", "1"]
-    return command
+    return [*command, *args.host_arg]
 
 
 def bench_arguments(

@@ -137,12 +137,13 @@ def test_bench_smoke_path_with_the_server_on_cpu(tmp_path: Path, data_dir: Path)
 
 @pytest.mark.slow
 def test_gpu_check_code_path_on_cpu(tmp_path: Path, data_dir: Path) -> None:
-    """``--device cpu``: install step, tests/gpu (all skip here), a smoke bench, one report."""
+    """``--device cpu``: install step, tests/gpu (all skip here), a smoke bench, the host path (16 texts: the
+    code path, not the figures), one report."""
     bench = ["--models", "tiny", "--decoders", "--no-server", "--backends", "torch_sdpa"]
     out = tmp_path / "out"
     result = subprocess.run(
         [sys.executable, "-m", "benchmarks.gpu_check", "--device", "cpu", "--out", str(out)]
-        + ["--data", str(data_dir)]
+        + ["--data", str(data_dir), "--host-arg=--num-texts=16"]
         + [f"--bench-arg={arg}" for arg in bench],
         cwd=REPO_ROOT,
         capture_output=True,
@@ -153,6 +154,7 @@ def test_gpu_check_code_path_on_cpu(tmp_path: Path, data_dir: Path) -> None:
     report = (out / "gpu-report.md").read_text()
     assert re.search(r"^0 passed, 0 failed, 0 errors, \d+ skipped$", report, re.MULTILINE)
     assert "| wde torch_sdpa | float32 | none |" in report
+    assert "# wde host overhead: 16 texts" in report and "| LLM.encode from text |" in report
     assert {"gpu-report.md", "gpu-tests.xml", "gpu-tests.log", "gpu-bench.md", "gpu-bench.log"} <= {
         path.name for path in out.iterdir()
     }
