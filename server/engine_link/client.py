@@ -21,7 +21,6 @@ import dataclasses
 import functools
 import itertools
 import logging
-import os
 import threading
 import time
 from collections.abc import Sequence
@@ -51,7 +50,7 @@ from server.engine_link.messages import (
     States,
     Submit,
 )
-from wde.config import EngineConfig
+from wde.config import EngineConfig, ModelConfig
 from wde.engine.request_preparer import RequestPreparer
 from wde.engine_args import EngineArgs
 from wde.entrypoints.async_llm_engine import AsyncLLMEngine
@@ -112,6 +111,9 @@ class EngineLink:
         self._closed = False
         self._last_states: list[ModelState] = []  # the engine process's last word on each model
         self.heard = threading.Event()  # set by its first state message
+        # each model's tokenizer and preparer, made once per worker (a model swapped back in reuses them)
+        self._preparers: dict[int, RequestPreparer] = {}
+        self._preparers_lock = threading.Lock()
         self.calibrations = list(calibrations)
         for model_index, calibration in enumerate(self.calibrations):
             calibration.on_store = functools.partial(self._share_ranges, model_index)
@@ -133,6 +135,20 @@ class EngineLink:
         if model_index < len(self._last_states):  # a worker started while the engine serves: ready at once
             thread.update(self._last_states[model_index])
         return thread
+
+    def preparer(self, model_index: int, model_config: ModelConfig) -> RequestPreparer:
+        """Model ``model_index``'s tokenizer and request preparer in this worker (made at the first ask)."""
+        with self._preparers_lock:
+            preparer = self._preparers.get(model_index)
+            if preparer is None:
+                tokenizer = Tokenizer.from_pretrained(
+                    model_config.tokenizer,
+                    model_config.max_model_len,
+                    model_config.pair_truncation,
+                    model_config.added_special_tokens,
+                )
+                preparer = self._preparers[model_index] = RequestPreparer(model_config, tokenizer)
+            return preparer
 
     def start(self) -> None:
         """Connect (idempotent); the engine process answers with every model's state (``heard``)."""
@@ -319,8 +335,7 @@ class RemoteEngineThread(EngineLifecycle):
         self._pending: dict[int, _Sent] = {}
         self._call_of_first_request: dict[str, int] = {}  # to abort by request ids
         self._reason = "the model is still loading; retry in a few seconds"
-        self._tokenizer: Tokenizer | None = None  # this worker's, made with the engine's info, once ready
-        self._preparer: RequestPreparer | None = None
+        self._preparer: RequestPreparer | None = None  # this worker's tokenizer, made before it serves
         # large calls being prepared off the event loop, by first request id (abort drops one from here)
         self._preparing: set[str] = set()
         self._preparing_thread: ThreadPoolExecutor | None = None
@@ -329,10 +344,19 @@ class RemoteEngineThread(EngineLifecycle):
 
     # ---- what AsyncLLMEngine calls (any thread) ---------------------------------------------------------
     def start(self) -> None:
+        """Make the tokenizer now (on the worker's start, before it accepts connections), so that the engine
+        process's "ready" makes this worker ready at once: not one worker answering /health 200 while
+        another, still loading its tokenizer, answers 503."""
+        self._ensure_preparer()
         with self._lock:
             if self.state == EngineState.CREATED:
                 self.state = EngineState.LOADING
         self._link.start()
+
+    def _ensure_preparer(self) -> RequestPreparer:
+        if self._preparer is None:
+            self._preparer = self._link.preparer(self._model_index, self._engine_config.model_config)
+        return self._preparer
 
     def unavailable_reason(self) -> str:
         return "" if self.state == EngineState.READY else self._reason
@@ -532,23 +556,12 @@ class RemoteEngineThread(EngineLifecycle):
         self._dead.set()
 
     def _engine_info(self, model_state: ModelState) -> EngineInfo:
-        """The engine's config (with the token budget its runner chose) and this worker's tokenizer, which
-        also prepares the requests sent to the engine (the tokenizer and preparer are made here, once)."""
+        """The engine's config (with the token budget its runner chose) and this worker's tokenizer, the one
+        that prepares the requests sent to the engine."""
         engine_config = self._engine_config
         if model_state.max_num_batched_tokens is not None:
             budget, reason = model_state.max_num_batched_tokens, model_state.budget_reason or ""
             scheduler_config = engine_config.scheduler_config.with_budget(budget, reason)
             engine_config = dataclasses.replace(engine_config, scheduler_config=scheduler_config)
-        model_config = engine_config.model_config
-        if self._tokenizer is None:
-            self._tokenizer = Tokenizer.from_pretrained(
-                model_config.tokenizer,
-                model_config.max_model_len,
-                model_config.pair_truncation,
-                model_config.added_special_tokens,
-            )
-            self._preparer = RequestPreparer(model_config, self._tokenizer)
-            logger.debug(
-                "worker %s: engine %d ready (pid %d)", self._link.name, self._model_index, os.getpid()
-            )
-        return EngineInfo(engine_config, model_state.backend, self._tokenizer.untruncated())
+        tokenizer = self._ensure_preparer().tokenizer
+        return EngineInfo(engine_config, model_state.backend, tokenizer.untruncated())

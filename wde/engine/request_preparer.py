@@ -25,6 +25,7 @@ class RequestPreparer:
         """``tokenizer``: the engine's own kind (truncating at max_model_len: ``Tokenizer.from_pretrained``
         with the model config's values)."""
         workflow = get_workflow(model_config.task)
+        self.tokenizer = tokenizer
         self.input_processor = workflow.input_processor(model_config)
         self.request_processor = workflow.request_processor(model_config, tokenizer, None)
 
