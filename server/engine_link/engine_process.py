@@ -83,25 +83,6 @@ def endpoint(ipc_dir: str, name: str) -> str:
     return f"ipc://{ipc_dir}/{name}"
 
 
-def main(
-    served: Sequence[tuple[EngineArgs, EngineConfig]],
-    settings: ServerSettings,
-    ipc_dir: str,
-    log_level: str,
-    slots: InFlightSlots,
-    alive: Connection,
-    url: str = "",
-    parent_pid: int | None = None,
-    ready: Any = None,
-) -> None:
-    """The engine process's entry point over configs already built (``multiprocessing`` spawn target);
-    exits with its status. ``alive``: the write end of a pipe the workers watch, held open (never written)
-    while this lives; ``ready``: an event (the supervisor's ``multiprocessing.Event``) set once every model
-    is ready."""
-    _set_up(log_level, parent_pid)
-    _serve(served, settings, ipc_dir, slots, alive, url, parent_pid, ready)
-
-
 def main_reading_configs(
     all_engine_args: Sequence[EngineArgs],
     settings: ServerSettings,
