@@ -34,7 +34,10 @@ class Shape:
     write: Writer | None = None  # random weights
     locate: Callable[[], Path | None] | None = None  # real weights: the folder, or None when not there
     missing: str = ""  # what to do when locate answers None
-    encoder: bool = True  # the st-* peers export encoders (benchmarks/peer_scripts/st_backend.py)
+    # the st-* peers' backends that can load it (benchmarks/peer_scripts/st_backend.py): ONNX Runtime's venv
+    # (sentence-transformers 5.7) loads the encoders; OpenVINO's (6.2) also a decoder saved by 6.x
+    peer_backends: tuple[str, ...] = ("onnx", "openvino")
+    why_no_peer: str = ""  # for the backends it leaves out: one line
 
     @property
     def real_weights(self) -> bool:
@@ -62,16 +65,18 @@ def cross_encoder(description: str, size: str) -> Shape:
         description,
         task="score",
         write=lambda path, tokenizer: write_random_cross_encoder(path, size, tokenizer),
-        encoder=False,
+        peer_backends=(),
+        why_no_peer="the st-* peers export SentenceTransformer models, not CrossEncoder ones",
     )
 
 
 def decoder(description: str, write: Callable[..., Path], shape: str, num_layers: int | None = None) -> Shape:
-    """A random decoder embedder (``random_decoder``), cut to ``num_layers``; no st-* peer."""
+    """A random decoder embedder (``random_decoder``), cut to ``num_layers``; OpenVINO's st-* peers only."""
     return Shape(
         description,
         write=lambda path, tokenizer: write(path, shape, tokenizer, num_layers=num_layers),
-        encoder=False,
+        peer_backends=("openvino",),
+        why_no_peer="sentence-transformers 5.7 (the ONNX peers' venv) cannot load a decoder saved by 6.x",
     )
 
 

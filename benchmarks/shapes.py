@@ -276,7 +276,7 @@ def _timed_shape(
         systems.append(
             InProcessSystem(label, row.dtype, functools.partial(offline.wde_embeddings, engine), inputs)
         )
-    peer_names = matrix.peer_names if shape.encoder else []
+    peer_names = shape_peers(shape, matrix.peer_names)
     options = offline.PeerOptions(inputs, matrix.threads, args.st_batch_size, matrix.calibration)
     rerank = matrix.rerank if shape.real_weights else None
     rows = offline.time_rows(
@@ -357,14 +357,15 @@ def shape_lines(name: str, args: argparse.Namespace, matrix: Matrix) -> list[str
     except ShapeUnavailableError as e:
         return [f"### {name}: skipped, {e}"]
     lines = format_shape(name, shape, run)
-    if matrix.peer_names and not shape.encoder:
-        kind = "cross-encoder" if shape.task == "score" else "decoder embedder"
-        lines += [
-            "",
-            f"st-* peers: none for a {kind} (benchmarks/peer_scripts/st_backend.py exports "
-            "SentenceTransformer encoders through optimum only)",
-        ]
+    left_out = [peer for peer in matrix.peer_names if peer not in shape_peers(shape, matrix.peer_names)]
+    if left_out:
+        lines += ["", f"peers {', '.join(left_out)}: none for this shape ({shape.why_no_peer})"]
     return lines
+
+
+def shape_peers(shape: Shape, peer_names: list[str]) -> list[str]:
+    """The st-* peers of ``peer_names`` whose backend can load ``shape`` (st-onnx*: onnx, st-openvino*)."""
+    return [peer for peer in peer_names if peer.split("-")[1] in shape.peer_backends]
 
 
 # --- the run ------------------------------------------------------------------------------------------------
@@ -399,7 +400,7 @@ def main(argv: list[str] | None = None) -> None:
     flags = cpu_flags()
     peer_names, skipped_peers = usable_peers(args.peer, flags)
     calibration = None
-    if texts is not None and any(SHAPES[name].encoder for name in args.shapes):
+    if texts is not None and any(SHAPES[name].peer_backends for name in args.shapes):
         calibration = offline.calibration(parser, peer_names, args.calibration_data, texts)
     rerank = None
     if any(SHAPES[name].real_weights for name in args.shapes):
