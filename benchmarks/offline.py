@@ -126,11 +126,13 @@ def time_rows(
     timing: Callable[[str, str, list[float], Quality | None], Timing],
     peer_options: PeerOptions,
     announce: Callable[[str], None] = print,
+    load_failures: list[str] | None = None,
 ) -> list[Timing]:
     """The st-* peers ``peer_names`` started beside ``systems`` (the first of which is the float32
     reference), every one warmed up and timed interleaved, then each row's quality: cosine against the
     reference and, with ``rerank``, its ranking. ``announce`` gets the line naming the systems timed. The peer
-    workers are closed before this returns."""
+    workers are closed before this returns. ``load_failures``: a peer that cannot load the model is left out
+    with a line here (else it raises: ``st_peers.start``)."""
     with tempfile.TemporaryDirectory(prefix="wde-bench-st-") as workdir:
         workers = st_peers.start(
             peer_names,
@@ -140,6 +142,7 @@ def time_rows(
             peer_options.batch_size,
             peer_options.calibration,
             Path(workdir),
+            load_failures,
         )
         try:
             timed = [*systems, *workers]

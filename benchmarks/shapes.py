@@ -25,7 +25,7 @@ import argparse
 import functools
 import platform
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Any
@@ -237,6 +237,7 @@ class ShapeRun:
     rows: list[offline.Timing]
     agreement: list[str]  # per row: min cosine, or max |score difference|
     agreement_header: str
+    peer_failures: list[str] = field(default_factory=list)  # a line per peer that could not load
 
 
 def run_shape(shape: Shape, path: Path, args: argparse.Namespace, matrix: Matrix) -> ShapeRun:
@@ -280,11 +281,12 @@ def _timed_shape(
     peer_names = shape_peers(shape, matrix.peer_names)
     options = offline.PeerOptions(inputs, matrix.threads, args.st_batch_size, matrix.calibration)
     rerank = matrix.rerank if shape.real_weights else None
+    failures: list[str] = []  # a peer that cannot export this model: one line, the other rows go on
     rows = offline.time_rows(
-        systems, peer_names, str(path), args.repeats, rerank, timing, options, offline.progress
+        systems, peer_names, str(path), args.repeats, rerank, timing, options, offline.progress, failures
     )
     cells = [f"{row.quality.min_cosine:.6f}" if row.quality else "—" for row in rows]
-    return ShapeRun(inputs, num_tokens, peak, rows, cells, "min cosine vs ST float32")
+    return ShapeRun(inputs, num_tokens, peak, rows, cells, "min cosine vs ST float32", failures)
 
 
 def _run_cross_encoder(
@@ -361,6 +363,8 @@ def shape_lines(name: str, args: argparse.Namespace, matrix: Matrix) -> list[str
     left_out = [peer for peer in matrix.peer_names if peer not in shape_peers(shape, matrix.peer_names)]
     if left_out:
         lines += ["", f"peers {', '.join(left_out)}: none for this shape ({shape.why_no_peer})"]
+    if run.peer_failures:
+        lines += ["", *run.peer_failures]
     return lines
 
 

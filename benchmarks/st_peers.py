@@ -219,9 +219,11 @@ def start(
     batch_size: int,
     calibration: dict[str, Any] | None,
     workdir: Path | None = None,
+    load_failures: list[str] | None = None,
 ) -> list[StPeerSystem]:
     """One loaded worker per name, loaded one after another (two workers of a venv share an export folder, so
-    they never export at the same time). Close them with ``close``."""
+    they never export at the same time). Close them with ``close``. ``load_failures``: a peer that cannot
+    load (export) the model is left out and one line saying why is appended here (else it raises)."""
     workdir = workdir or Path(tempfile.mkdtemp(prefix="wde-bench-st-"))
     systems: list[StPeerSystem] = []
     try:
@@ -229,9 +231,12 @@ def start(
             worker = StWorker(name, threads, workdir)
             try:
                 answer = worker.request(load_command(name, model, threads, batch_size, calibration))
-            except Exception:
+            except Exception as e:
                 worker.close()
-                raise
+                if load_failures is None:
+                    raise
+                load_failures.append(f"peer {name!r} could not load this model: {_first_line(e)}")
+                continue
             systems.append(StPeerSystem(worker, answer["label"], texts, workdir))
     except Exception:
         close(systems)
@@ -242,3 +247,9 @@ def start(
 def close(systems: list[StPeerSystem]) -> None:
     for system in systems:
         system.worker.close()
+
+
+def _first_line(error: Exception) -> str:
+    """The error's first line (a worker's error carries the end of its log after it)."""
+    text = str(error).strip()
+    return text.splitlines()[0] if text else type(error).__name__

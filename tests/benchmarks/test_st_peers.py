@@ -8,6 +8,7 @@ import io
 import json
 import sys
 from pathlib import Path
+from typing import ClassVar
 
 import pytest
 
@@ -200,3 +201,38 @@ def test_table_header_and_rows_have_the_same_columns() -> None:
         row = baseline.row(baseline, with_rerank)
         assert header[0].count("|") == header[1].count("|") == row.count("|")
         assert row.endswith("| 1.00x |")
+
+
+class RefusingWorker:
+    """A peer worker whose export fails, as optimum-intel's does for a family it cannot export."""
+
+    made: ClassVar[list[RefusingWorker]] = []
+
+    def __init__(self, name: str, threads: int, workdir: Path) -> None:
+        self.name = name
+        self.closed = False
+        RefusingWorker.made.append(self)
+
+    def request(self, command: dict) -> dict:
+        raise RuntimeError(
+            f"peer {self.name!r} failed on load: ValueError: cannot export this model\n"
+            "--- the end of its log (/tmp/x.log):\nExporting the model to OpenVINO."
+        )
+
+    def close(self) -> None:
+        self.closed = True
+
+
+def test_a_peer_that_cannot_load_the_model_is_one_line_when_asked(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(st_peers, "StWorker", RefusingWorker)
+    failures: list[str] = []
+    systems = st_peers.start(["st-openvino-f32"], str(tmp_path), ["a text"], 1, 8, None, tmp_path, failures)
+    assert systems == [] and all(worker.closed for worker in RefusingWorker.made)
+    assert failures == [
+        "peer 'st-openvino-f32' could not load this model: "
+        "peer 'st-openvino-f32' failed on load: ValueError: cannot export this model"
+    ]
+    with pytest.raises(RuntimeError, match="cannot export this model"):  # without the list: it raises
+        st_peers.start(["st-openvino-f32"], str(tmp_path), ["a text"], 1, 8, None, tmp_path)
