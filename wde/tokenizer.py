@@ -7,9 +7,13 @@ import threading
 from collections import OrderedDict
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 import tokenizers
+
+if TYPE_CHECKING:
+    from wde.config import ModelConfig
 
 TextInput = str | tuple[str, str]
 # Token ids: a list (this tokenizer's, or cut and extended by the RequestProcessor) or a 1-D integer array
@@ -84,6 +88,17 @@ class Tokenizer:
                 [tokenizers.AddedToken(token, special=True, normalized=False) for token in special_tokens]
             )
         return tokenizer
+
+    @classmethod
+    def of_model(cls, model_config: ModelConfig) -> Tokenizer:
+        """The engine's tokenizer for ``model_config``: cut at max_model_len, its pair truncation and the
+        special tokens it adds (the engine, an API worker and the calibration pass all tokenize so)."""
+        return cls.from_pretrained(
+            model_config.tokenizer,
+            model_config.max_model_len,
+            model_config.pair_truncation,
+            model_config.added_special_tokens,
+        )
 
     @classmethod
     def _load(cls, path: Path, max_length: int, pair_truncation: str) -> Tokenizer:

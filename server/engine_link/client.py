@@ -141,12 +141,7 @@ class EngineLink:
         with self._preparers_lock:
             preparer = self._preparers.get(model_index)
             if preparer is None:
-                tokenizer = Tokenizer.from_pretrained(
-                    model_config.tokenizer,
-                    model_config.max_model_len,
-                    model_config.pair_truncation,
-                    model_config.added_special_tokens,
-                )
+                tokenizer = Tokenizer.of_model(model_config)
                 preparer = self._preparers[model_index] = RequestPreparer(model_config, tokenizer)
                 logger.debug("worker %s: model %d's tokenizer made", self.name, model_index)
             return preparer

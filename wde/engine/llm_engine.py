@@ -68,12 +68,7 @@ class LLMEngine:
 
         model_config = engine_config.model_config
         platform = get_platform(engine_config.device_config.device)
-        tokenizer = Tokenizer.from_pretrained(
-            model_config.tokenizer,
-            model_config.max_model_len,
-            model_config.pair_truncation,
-            model_config.added_special_tokens,
-        )
+        tokenizer = Tokenizer.of_model(model_config)
         runner = model_runner_cls(platform.device_type)(engine_config, platform)
         budget = runner.initialize()
         backend = runner.attn_backend_cls

@@ -30,12 +30,7 @@ def calibration_input_maxima(
     """Per block linear of ``model`` (float, weights loaded): the largest |input| per channel over the
     calibration sentences."""
     # 1. the sentences, tokenized as the engine would (cut at max_model_len)
-    tokenizer = Tokenizer.from_pretrained(
-        model_config.tokenizer,
-        model_config.max_model_len,
-        model_config.pair_truncation,
-        model_config.added_special_tokens,
-    )
+    tokenizer = Tokenizer.of_model(model_config)
     texts: list[TextInput] = list(load_calibration_texts(BUNDLED_TEXTS)[:NUM_TEXTS])
     requests = [
         Request(f"calibration-{index}", token_ids=encoded.token_ids, token_type_ids=encoded.token_type_ids)
