@@ -71,6 +71,8 @@ def cross_encoder(description: str, size: str) -> Shape:
 
 
 NO_ONNX_DECODER = "sentence-transformers 5.7 (the ONNX peers' venv) cannot load a decoder saved by 6.x"
+# measured in the OpenVINO venv (transformers 5.5): optimum-intel refuses to export Gemma3
+NO_OPENVINO_GEMMA3 = "optimum-intel exports Gemma3 only under transformers <= 5.0"
 
 
 def decoder(
@@ -78,16 +80,12 @@ def decoder(
     write: Callable[..., Path],
     shape: str,
     num_layers: int | None = None,
-    openvino_exports: bool = True,
+    no_openvino: str = "",
 ) -> Shape:
     """A random decoder embedder (``random_decoder``), cut to ``num_layers``; OpenVINO's st-* peers only,
-    where optimum-intel exports the family (``openvino_exports``)."""
-    if openvino_exports:
-        peer_backends: tuple[str, ...] = ("openvino",)
-        why = NO_ONNX_DECODER
-    else:  # measured in the OpenVINO venv: optimum-intel refuses Gemma3 under transformers > 5.0
-        peer_backends = ()
-        why = f"{NO_ONNX_DECODER}; optimum-intel exports Gemma3 only under transformers <= 5.0"
+    none where ``no_openvino`` says why optimum-intel cannot export the family."""
+    peer_backends: tuple[str, ...] = () if no_openvino else ("openvino",)
+    why = f"{NO_ONNX_DECODER}; {no_openvino}" if no_openvino else NO_ONNX_DECODER
     return Shape(
         description,
         write=lambda path, tokenizer: write(path, shape, tokenizer, num_layers=num_layers),
@@ -127,7 +125,7 @@ SHAPES: dict[str, Shape] = {
         write_random_gemma3,
         "gemma3-300m",
         CUT_LAYERS,
-        openvino_exports=False,
+        no_openvino=NO_OPENVINO_GEMMA3,
     ),
     # --smoke
     "bert-tiny": bert("tiny BERT (random: 2 layers, hidden 64)", "tiny"),
@@ -137,7 +135,7 @@ SHAPES: dict[str, Shape] = {
         "tiny Gemma3 (random: 2 layers, hidden 64)",
         write_random_gemma3,
         "gemma3-tiny",
-        openvino_exports=False,
+        no_openvino=NO_OPENVINO_GEMMA3,
     ),
 }
 DEFAULT_SHAPES = (
