@@ -1,5 +1,6 @@
 """The loaded server's heap is kept out of full garbage collections (``server/process/heap_freeze.py``):
-freezing moves the objects alive into the permanent generation, a registry that freezes does it on each engine
+freezing moves the objects alive into the permanent generation and collects less often while frozen
+(``SERVING_THRESHOLDS``), thawing undoes both; a registry that freezes does it on each engine
 thread once the model is built (before it reports ready), and thaws once it unloaded a model for another
 and when it shuts down;
 a registry that does not freeze (the default: in-process use) never touches the collector."""
@@ -27,13 +28,18 @@ TIMEOUT = 30.0
 def test_freezing_moves_the_live_objects_out_of_collections_and_thawing_back() -> None:
     assert gc.get_freeze_count() == 0
     kept = [[i] for i in range(1000)]  # tracked containers, alive
+    thresholds = gc.get_threshold()
     try:
         heap_freeze.freeze_heap()
         assert gc.get_freeze_count() >= len(kept)
         assert all(generation_count == 0 for generation_count in gc.get_count()[1:])
+        assert gc.get_threshold() == heap_freeze.SERVING_THRESHOLDS
+        heap_freeze.freeze_heap()  # a second model loaded: still the serving thresholds
+        assert gc.get_threshold() == heap_freeze.SERVING_THRESHOLDS
     finally:
         heap_freeze.thaw_heap()
     assert gc.get_freeze_count() == 0
+    assert gc.get_threshold() == thresholds
 
 
 class RecordingCollector:
@@ -41,6 +47,13 @@ class RecordingCollector:
 
     def __init__(self) -> None:
         self.events: list[tuple[str, str]] = []
+        self.thresholds = (700, 10, 10)
+
+    def get_threshold(self) -> tuple[int, int, int]:
+        return self.thresholds
+
+    def set_threshold(self, young: int, middle: int, old: int) -> None:
+        self.thresholds = (young, middle, old)
 
     def _record(self, what: str) -> None:
         self.events.append((what, threading.current_thread().name))
@@ -88,6 +101,7 @@ async def test_each_load_freezes_on_its_engine_thread_and_an_unload_thaws_first(
     try:
         await asyncio.to_thread(models.wait_until_ready, TIMEOUT)
         assert collector.events == [("collect", "wde-engine"), ("freeze", "wde-engine")]
+        assert collector.thresholds == heap_freeze.SERVING_THRESHOLDS
         async with models.use("b") as model:  # a is unloaded (then thawed), b loads (frozen)
             assert model.engine is not None and model.engine.is_ready
         assert [what for what, _ in collector.events] == ["collect", "freeze", "thaw", "collect", "freeze"]
@@ -95,6 +109,7 @@ async def test_each_load_freezes_on_its_engine_thread_and_an_unload_thaws_first(
     finally:
         await asyncio.to_thread(models.shutdown)
     assert collector.events[-1][0] == "thaw"  # stopped: nothing stays frozen
+    assert collector.thresholds == (700, 10, 10)
 
 
 @pytest.mark.anyio
