@@ -22,6 +22,7 @@ from server.engine_link.in_flight import InFlightSlots
 from server.engine_link.linked_metrics import LinkedMetrics
 from server.launch.draining_server import DrainingServer, exit_zero_on_signal, monitored_server
 from server.observability.process_cpu import name_process
+from server.process.heap_freeze import freeze_heap
 from server.process.log_setup import configure_logging, skip_unused_record_fields
 from server.process.memory_release import limit_malloc_arenas
 from server.process.parent_death import end_with_parent
@@ -92,6 +93,7 @@ def main(
         models, settings, metrics=LinkedMetrics(link), in_flight_slots=slots, batch_link=batch_link
     )
     server, monitors = monitored_server(app, settings, log_level, graceful_timeout, WorkerServer)
+    freeze_heap()  # the imports and the app, out of full collections (server/process/heap_freeze.py)
     exit_zero_on_signal()
     server.run(sockets=sockets)
     if batch_link.is_owner:

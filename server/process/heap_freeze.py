@@ -12,7 +12,8 @@ then into the permanent generation (``gc.freeze``), which collections skip; what
 collected as before. After a model is unloaded (a swap) and when the server stops, ``thaw_heap`` puts
 them back (``gc.unfreeze``), so that the unloaded model's reference cycles are collected; the next load
 freezes again (its collection, ~200 ms with the GIL held, is paid once per load). vLLM's engine core and API
-server freeze their start-up heap the same way.
+server freeze their start-up heap the same way; an API worker (``wde serve --api-workers N``) freezes once its
+app is built.
 
 Frozen, the collector also runs less often: a young collection after 20,000 new container objects instead of
 700 (``SERVING_THRESHOLDS``). At 700 a loaded server collected every few requests, walking the objects of the

@@ -104,6 +104,8 @@ def test_sigterm_drains_every_admitted_request_then_exits_0(tmp_path: Path) -> N
     assert [response.status_code for response in responses] == [200] * 8, [r.text for r in responses]
     assert all(len(response.json()) == 16 for response in responses)
     assert "draining the API workers, then the engine" in log
+    # the engine process (once its model loaded) and each worker (once its app is built): heap_freeze.py
+    assert log.count("objects out of the garbage collector's full collections") == 3, log
     assert "Traceback" not in log, log
 
 
