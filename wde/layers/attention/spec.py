@@ -23,6 +23,10 @@ class AttentionSpec:
     # (query, key) positions within a sequence, the same for every sequence (MPNet's relative position bias).
     # Backends without an additive-bias input refuse such a layer in ``supports``.
     position_bias: bool = False
+    # True: the layer's scores and weighted values may be multiplied in bfloat16 (float32 sums), where a
+    # backend has such a kernel and the CPU multiplies bf16 natively: set on the layers of an int8 model,
+    # whose GEMMs round their inputs coarser than that (wde/layers/quantization/quantize.py)
+    bf16_products: bool = False
 
     def __post_init__(self) -> None:
         if self.num_kv_heads == 0:
@@ -55,4 +59,6 @@ class AttentionSpec:
             parts.append(f"window {self.sliding_window}")
         if self.position_bias:
             parts.append("position bias")
+        if self.bf16_products:
+            parts.append("bf16 products allowed")
         return ", ".join(parts)

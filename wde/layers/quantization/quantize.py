@@ -9,12 +9,14 @@ answer itself.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from collections.abc import Callable
 
 import torch
 from torch import nn
 
+from wde.layers.attention.layer import Attention
 from wde.layers.quantization.fp8_linear import Fp8Linear, can_quantize, check_fp8_device
 from wde.layers.quantization.int8_gemm import chosen_gemm
 from wde.layers.quantization.int8_linear import Int8Linear
@@ -46,7 +48,20 @@ def quantize_int8(model: nn.Module, input_maxima: InputMaxima | None = None) -> 
     logger.info("int8 GEMM %s: %s; %d of %d smoothed", gemm.name, gemm.why, num_smoothed, len(linears))
     for parent, name, linear in linears:
         setattr(parent, name, Int8Linear.from_linear(linear, gemm, input_maxima.get(linear)))
+    allow_bf16_attention(model)
     return len(linears)
+
+
+def allow_bf16_attention(model: nn.Module) -> None:
+    """Let every attention layer multiply in bfloat16 (``AttentionSpec.bf16_products``), its backend made
+    again from the new spec: an int8 GEMM's inputs keep 8 bits, a bf16 product's 8 significant bits and
+    float32 sums, so the attention is no longer the precise part (varlen_cpu runs it so where the CPU has
+    AVX512-BF16: ~1.4x faster attention at head size 32)."""
+    for module in model.modules():
+        if isinstance(module, Attention):
+            module.spec = dataclasses.replace(module.spec, bf16_products=True)
+            if module.backend is not None:
+                module.bind(type(module.backend))
 
 
 def quantize_fp8(model: nn.Module, _input_maxima: InputMaxima | None = None) -> int:

@@ -6,7 +6,9 @@ built it, on float32 layers: bidirectional, no sliding window, every token a key
 vectors divide (16 on AVX-512, 8 on AVX2; at most 128). Grouped-query heads are read in place; a position
 bias (MPNet's) is added to the scores in the kernel. The selector says which of these failed when it passes
 the backend over; the CPU platform then takes ``torch_sdpa``. ``WDE_VARLEN_ATTENTION=0`` switches it off
-(the platform order skips it); ``WDE_VARLEN_ISA=avx2`` forces the AVX2 kernel on an AVX-512 CPU.
+(the platform order skips it); ``WDE_VARLEN_ISA=avx2`` forces the AVX2 kernel on an AVX-512 CPU. A layer
+that allows bf16 products (an int8 model's) runs the bf16-products kernel where the CPU has AVX512-BF16
+(``varlen_kernel.bf16_products_reason()``; ``WDE_VARLEN_BF16=0`` keeps it on the float32 kernel).
 """
 
 from __future__ import annotations
@@ -34,6 +36,11 @@ class VarlenCpuBackend(AttentionBackend):
     supports_key_limits = False
     supported_devices = ("cpu",)
     supported_dtypes = (torch.float32,)
+
+    def __init__(self, spec: AttentionSpec) -> None:
+        super().__init__(spec)
+        # the layer allows bf16 products and this CPU has the kernel for them
+        self.bf16_products = spec.bf16_products and not varlen_kernel.bf16_products_reason()
 
     @classmethod
     def is_available(cls, device_type: str, dtype: torch.dtype) -> tuple[bool, str]:
@@ -84,5 +91,12 @@ class VarlenCpuBackend(AttentionBackend):
         if position_bias is not None and position_bias.stride(-1) != 1:
             position_bias = position_bias.contiguous()
         return varlen_kernel.varlen_attention(
-            query, key, value, metadata.seq_starts, metadata.work_order, self.scale, position_bias
+            query,
+            key,
+            value,
+            metadata.seq_starts,
+            metadata.work_order,
+            self.scale,
+            position_bias,
+            bf16_products=self.bf16_products,
         )

@@ -1,0 +1,246 @@
+// Bidirectional multi-head attention over a flat, unpadded float32 batch with bfloat16 products, for CPUs with
+// AVX512-BF16 (vdpbf16ps: 32 bf16 x bf16 products summed pairwise into 16 float32 lanes, twice the float32
+// FMA's multiply-adds per instruction). The layout and the steps are varlen_cpu_avx512.c's; what differs:
+//   - K of a head is rounded to bf16 (round to nearest even) and packed transposed in PAIRS of dimensions:
+//     kt[c / 2][key] holds (K[key, c], K[key, c + 1]) in one 32-bit lane, so one vdpbf16ps multiplies 16 keys
+//     by a broadcast pair of query dimensions (a bf16 row read as 32-bit words is already such pairs: the
+//     packing is the float32 kernel's 16 x 16 transpose of 32-bit words);
+//   - V is packed in pairs of KEYS: vt[key / 2][c] holds (V[key, c], V[key + 1, c]), multiplied by a
+//     broadcast pair of probabilities;
+//   - the scores, their maxima, exp2 and the row sums stay float32; the probabilities are rounded to bf16 for
+//     the weighted values only, and every sum accumulates in float32.
+// Against the float32 kernel the output moves by a few parts in a thousand of its scale: the attention of
+// the int8 path, whose GEMMs round their inputs coarser (wde/layers/quantization), runs here where the CPU
+// has AVX512-BF16 (varlen_kernel.py's "avx512bf16" products).
+//
+// Built at first use by wde/layers/attention/backends/varlen_kernel.py (plain C, no torch headers).
+
+#include <immintrin.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+
+#define QB 8  // queries per block
+#define LOG2E 1.44269504088896341f
+
+static inline __mmask16 first_lanes(int64_t count) {  // the first count (< 16) lanes
+    return (__mmask16)((1u << count) - 1u);
+}
+
+// 2^x for x <= 0, to the precision bf16 probabilities keep: Taylor to degree 4 on [-0.5, 0.5], relative
+// error < 4.3e-5 (a bf16 rounding is up to 3.9e-3); below -125 it gives ~2^-125, never a denormal
+static inline __m512 exp2_512(__m512 x) {
+    x = _mm512_max_ps(x, _mm512_set1_ps(-125.0f));
+    const __m512 fx = _mm512_roundscale_ps(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    const __m512 r = _mm512_sub_ps(x, fx);
+    __m512 y = _mm512_set1_ps(9.6181291076284772e-3f);
+    y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(5.5504108664821580e-2f));
+    y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(2.4022650695910071e-1f));
+    y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(6.9314718055994531e-1f));
+    y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(1.0f));
+    return _mm512_scalef_ps(y, fx);
+}
+
+// dst[c * ld + j] = src[j * row + c] for c < 16, j < 16, as 32-bit words (rows j >= n are zeros)
+static inline void transpose16(const uint32_t *src, int64_t row, int64_t n, uint32_t *dst, int64_t ld) {
+    __m512 r[16], t[16];
+    for (int j = 0; j < 16; ++j)
+        r[j] = j < n ? _mm512_castsi512_ps(_mm512_loadu_si512(src + j * row)) : _mm512_setzero_ps();
+    for (int j = 0; j < 16; j += 2) {
+        t[j] = _mm512_unpacklo_ps(r[j], r[j + 1]);
+        t[j + 1] = _mm512_unpackhi_ps(r[j], r[j + 1]);
+    }
+    for (int j = 0; j < 16; j += 4) {
+        r[j] = _mm512_castpd_ps(_mm512_unpacklo_pd(_mm512_castps_pd(t[j]), _mm512_castps_pd(t[j + 2])));
+        r[j + 1] = _mm512_castpd_ps(_mm512_unpackhi_pd(_mm512_castps_pd(t[j]), _mm512_castps_pd(t[j + 2])));
+        r[j + 2] = _mm512_castpd_ps(_mm512_unpacklo_pd(_mm512_castps_pd(t[j + 1]), _mm512_castps_pd(t[j + 3])));
+        r[j + 3] = _mm512_castpd_ps(_mm512_unpackhi_pd(_mm512_castps_pd(t[j + 1]), _mm512_castps_pd(t[j + 3])));
+    }
+    for (int j = 0; j < 4; ++j) {
+        t[j] = _mm512_shuffle_f32x4(r[j], r[j + 4], 0x88);
+        t[j + 4] = _mm512_shuffle_f32x4(r[j], r[j + 4], 0xdd);
+        t[j + 8] = _mm512_shuffle_f32x4(r[j + 8], r[j + 12], 0x88);
+        t[j + 12] = _mm512_shuffle_f32x4(r[j + 8], r[j + 12], 0xdd);
+    }
+    for (int j = 0; j < 4; ++j) {
+        r[j] = _mm512_shuffle_f32x4(t[j], t[j + 8], 0x88);
+        r[j + 8] = _mm512_shuffle_f32x4(t[j], t[j + 8], 0xdd);
+        r[j + 4] = _mm512_shuffle_f32x4(t[j + 4], t[j + 12], 0x88);
+        r[j + 12] = _mm512_shuffle_f32x4(t[j + 4], t[j + 12], 0xdd);
+    }
+    for (int c = 0; c < 16; ++c) _mm512_storeu_si512(dst + c * ld, _mm512_castps_si512(r[c]));
+}
+
+// 16 float32 -> 16 bf16 (256 bits), round to nearest even
+static inline __m256i to_bf16(__m512 x) { return (__m256i)_mm512_cvtneps_pbh(x); }
+
+// out rows [i0, i0 + pq) = (p[r, :n] V) * inv[r]; p as bf16 pairs (pp: n_pad / 2 words a row), V packed as
+// vt[key pair][16 * nd] (words); nd and pq constants in each instance
+static inline __attribute__((always_inline)) void weighted_values(const uint32_t *pp, int64_t n_pad,
+                                                                const uint32_t *vt, const int pq, const int64_t nd,
+                                                                const float *inv, float *out, int64_t out_row,
+                                                                int64_t nq) {
+    const int64_t d = 16 * nd, num_pairs = n_pad / 2;
+    __m512 acc[8][8];
+    for (int r = 0; r < pq; ++r)
+        for (int64_t b = 0; b < nd; ++b) acc[r][b] = _mm512_setzero_ps();
+    for (int64_t jp = 0; jp < num_pairs; ++jp) {
+        __m512bh vv[8];
+        for (int64_t b = 0; b < nd; ++b) vv[b] = (__m512bh)_mm512_loadu_si512(vt + jp * d + 16 * b);
+        for (int r = 0; r < pq; ++r) {
+            const __m512bh pr = (__m512bh)_mm512_set1_epi32((int)pp[r * num_pairs + jp]);
+            for (int64_t b = 0; b < nd; ++b) acc[r][b] = _mm512_dpbf16_ps(acc[r][b], pr, vv[b]);
+        }
+    }
+    for (int r = 0; r < pq && r < nq; ++r)
+        for (int64_t b = 0; b < nd; ++b)
+            _mm512_storeu_ps(out + r * out_row + 16 * b, _mm512_mul_ps(acc[r][b], _mm512_set1_ps(inv[r])));
+}
+
+// nd = head_size / 16, a constant in each of the instances below. Scratch: kt [d / 2][n_pad] words, vt
+// [n_pad / 2][d] words, rows [n_pad][d / 2] words (K as bf16), scores [QB][n_pad] floats, pp [QB][n_pad / 2].
+static inline __attribute__((always_inline)) void attend(const float *q, const float *k, const float *v, float *out,
+                                                       int64_t n, const int64_t nd, int64_t q_row, int64_t k_row,
+                                                       int64_t v_row, int64_t out_row, float scale, uint32_t *kt,
+                                                       uint32_t *vt, uint32_t *rows, float *scores, uint32_t *pp,
+                                                       const float *bias, int64_t bias_row) {
+    const int64_t d = 16 * nd, half = 8 * nd;  // half: dimension pairs a row
+    const int pq = 9 * nd + 1 <= 32 ? 8 : 5 * nd + 1 <= 32 ? 4 : 2;
+    const int64_t n_pad = (n + 15) & ~(int64_t)15;
+    const float q_scale = scale * LOG2E;
+    // K: each row to bf16 (its words are dimension pairs), then [key][pair] -> [pair][key]
+    for (int64_t j = 0; j < n; ++j)
+        for (int64_t b = 0; b < nd; ++b)
+            _mm256_storeu_si256((__m256i *)(rows + j * half + 8 * b), to_bf16(_mm512_loadu_ps(k + j * k_row + 16 * b)));
+    for (int64_t j0 = 0; j0 < n; j0 += 16)
+        for (int64_t c0 = 0; c0 < half; c0 += 8) {  // 8 pairs: half a 16-word transpose when nd is odd
+            if (c0 + 16 <= half) {
+                transpose16(rows + j0 * half + c0, half, n - j0, kt + c0 * n_pad + j0, n_pad);
+                c0 += 8;
+            } else {  // the last 8 pairs of an odd nd: word by word
+                for (int64_t c = c0; c < half; ++c)
+                    for (int64_t j = j0; j < j0 + 16; ++j) kt[c * n_pad + j] = j < n ? rows[j * half + c] : 0u;
+            }
+        }
+    // V: rows j, j + 1 interleaved per dimension: (V[j, c], V[j + 1, c]) in the word of pair j / 2
+    const __m512i interleave = _mm512_set_epi16(31, 15, 30, 14, 29, 13, 28, 12, 27, 11, 26, 10, 25, 9, 24, 8, 23, 7,
+                                                22, 6, 21, 5, 20, 4, 19, 3, 18, 2, 17, 1, 16, 0);
+    for (int64_t j = 0; j < n_pad; j += 2)
+        for (int64_t b = 0; b < nd; ++b) {
+            const __m512 even = j < n ? _mm512_loadu_ps(v + j * v_row + 16 * b) : _mm512_setzero_ps();
+            const __m512 odd = j + 1 < n ? _mm512_loadu_ps(v + (j + 1) * v_row + 16 * b) : _mm512_setzero_ps();
+            const __m512i both = (__m512i)_mm512_cvtne2ps_pbh(odd, even);  // even in the low 16, odd in the high
+            _mm512_storeu_si512(vt + (j / 2) * d + 16 * b, _mm512_permutexvar_epi16(interleave, both));
+        }
+    uint32_t qs[QB * 64] __attribute__((aligned(64)));  // a block's scaled queries as bf16 pairs
+    for (int64_t i0 = 0; i0 < n; i0 += QB) {
+        const int64_t nq = (n - i0) < QB ? (n - i0) : QB;
+        for (int64_t r = 0; r < QB; ++r) {  // rows past the end repeat the first (computed, not stored)
+            const float *qr = q + (i0 + (r < nq ? r : 0)) * q_row;
+            for (int64_t b = 0; b < nd; ++b)
+                _mm256_store_si256((__m256i *)(qs + r * half + 8 * b),
+                                   to_bf16(_mm512_mul_ps(_mm512_loadu_ps(qr + 16 * b), _mm512_set1_ps(q_scale))));
+        }
+        // 1. scores and row maxima
+        __m512 mx[QB];
+        for (int r = 0; r < QB; ++r) mx[r] = _mm512_set1_ps(-INFINITY);
+        for (int64_t j = 0; j < n_pad; j += 16) {
+            __m512 a[QB];
+            for (int r = 0; r < QB; ++r) a[r] = _mm512_setzero_ps();
+            for (int64_t c = 0; c < half; ++c) {
+                const __m512bh kv = (__m512bh)_mm512_loadu_si512(kt + c * n_pad + j);
+                for (int r = 0; r < QB; ++r)
+                    a[r] = _mm512_dpbf16_ps(a[r], (__m512bh)_mm512_set1_epi32((int)qs[r * half + c]), kv);
+            }
+            if (bias) {  // + bias[query, key], in log2 units like the scores
+                const __mmask16 keys = n - j < 16 ? first_lanes(n - j) : (__mmask16)0xffff;
+                for (int r = 0; r < QB; ++r) {
+                    const float *bias_r = bias + (i0 + (r < nq ? r : 0)) * bias_row + j;
+                    a[r] = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(keys, bias_r), _mm512_set1_ps(LOG2E), a[r]);
+                }
+            }
+            if (n - j < 16) {
+                const __mmask16 keys = first_lanes(n - j);
+                for (int r = 0; r < QB; ++r) a[r] = _mm512_mask_mov_ps(_mm512_set1_ps(-INFINITY), keys, a[r]);
+            }
+            for (int r = 0; r < QB; ++r) {
+                _mm512_storeu_ps(scores + r * n_pad + j, a[r]);
+                mx[r] = _mm512_max_ps(mx[r], a[r]);
+            }
+        }
+        // 2. exp2(score - max), row sums in float32, the probabilities as bf16 pairs
+        float inv[QB];
+        for (int r = 0; r < QB; ++r) {
+            const __m512 m = _mm512_set1_ps(_mm512_reduce_max_ps(mx[r]));
+            __m512 sum = _mm512_setzero_ps();
+            const float *row = scores + r * n_pad;
+            for (int64_t j = 0; j < n_pad; j += 16) {
+                __m512 e = exp2_512(_mm512_sub_ps(_mm512_loadu_ps(row + j), m));
+                if (n - j < 16) e = _mm512_maskz_mov_ps(first_lanes(n - j), e);
+                _mm256_storeu_si256((__m256i *)(pp + r * (n_pad / 2) + j / 2), to_bf16(e));
+                sum = _mm512_add_ps(sum, e);
+            }
+            inv[r] = 1.0f / _mm512_reduce_add_ps(sum);
+        }
+        // 3. out = p V / sum
+        for (int r0 = 0; r0 < nq; r0 += pq)
+            weighted_values(pp + r0 * (n_pad / 2), n_pad, vt, pq, nd, inv + r0, out + (i0 + r0) * out_row, out_row,
+                            nq - r0);
+    }
+}
+
+static void attend_one(const float *q, const float *k, const float *v, float *out, int64_t n, int64_t d,
+                       int64_t q_row, int64_t k_row, int64_t v_row, int64_t out_row, float scale, uint32_t *kt,
+                       uint32_t *vt, uint32_t *rows, float *scores, uint32_t *pp, const float *bias,
+                       int64_t bias_row) {
+#define ATTEND(ND) attend(q, k, v, out, n, ND, q_row, k_row, v_row, out_row, scale, kt, vt, rows, scores, pp, bias, bias_row)
+    switch (d / 16) {  // 1..8 (the Python side checks)
+        case 1: ATTEND(1); break;
+        case 2: ATTEND(2); break;
+        case 3: ATTEND(3); break;
+        case 4: ATTEND(4); break;
+        case 5: ATTEND(5); break;
+        case 6: ATTEND(6); break;
+        case 7: ATTEND(7); break;
+        case 8: ATTEND(8); break;
+    }
+#undef ATTEND
+}
+
+// The float32 kernel's entry point and arguments (varlen_cpu_avx512.c): q [tokens, heads, d], k / v [tokens,
+// kv_heads, d], out [tokens, heads, d], seq_starts [num_seqs + 1], order (longest first), bias NULL or
+// [heads, L, L]; d a multiple of 16, at most 128.
+void wde_varlen_attention(const float *q, const float *k, const float *v, float *out, const int64_t *seq_starts,
+                          int64_t num_seqs, int64_t heads, int64_t kv_heads, int64_t d, int64_t q_row,
+                          int64_t q_head, int64_t k_row, int64_t k_head, int64_t v_row, int64_t v_head,
+                          int64_t out_row, float scale, const int64_t *order, int num_threads, const float *bias,
+                          int64_t bias_head, int64_t bias_row) {
+    int64_t max_len = 0;
+    for (int64_t s = 0; s < num_seqs; ++s) {
+        const int64_t n = seq_starts[s + 1] - seq_starts[s];
+        if (n > max_len) max_len = n;
+    }
+    const int64_t max_pad = (max_len + 15) & ~(int64_t)15;
+    const int64_t per_kv = heads / kv_heads;
+    const int64_t total = num_seqs * heads;
+#pragma omp parallel num_threads(num_threads)
+    {
+        // words: kt d / 2 x max_pad, vt max_pad / 2 x d, rows max_pad x d / 2, scores QB x max_pad (floats),
+        // pp QB x max_pad / 2
+        const size_t words = (size_t)(d * max_pad / 2) * 3 + QB * max_pad + QB * max_pad / 2 + 64;
+        uint32_t *buf = (uint32_t *)aligned_alloc(64, ((words * sizeof(uint32_t) + 63) / 64) * 64);
+        uint32_t *kt = buf, *vt = kt + d * max_pad / 2, *rows = vt + d * max_pad / 2;
+        float *scores = (float *)(rows + d * max_pad / 2);
+        uint32_t *pp = (uint32_t *)(scores + QB * max_pad);
+#pragma omp for schedule(dynamic, 1)
+        for (int64_t w = 0; w < total; ++w) {
+            const int64_t s = order[w / heads], h = w % heads, hk = h / per_kv;
+            const int64_t start = seq_starts[s], n = seq_starts[s + 1] - start;
+            if (n == 0) continue;
+            attend_one(q + start * q_row + h * q_head, k + start * k_row + hk * k_head, v + start * v_row + hk * v_head,
+                       out + start * out_row + h * d, n, d, q_row, k_row, v_row, out_row, scale, kt, vt, rows,
+                       scores, pp, bias ? bias + h * bias_head : NULL, bias_row);
+        }
+        free(buf);
+    }
+}
