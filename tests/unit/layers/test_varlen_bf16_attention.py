@@ -2,7 +2,7 @@
 the CPU has AVX512-BF16) against a float64 oracle and against the float32 kernel: lengths around the key
 blocks (16), query blocks (8) and key pairs, every head size the AVX-512 kernels take (odd multiples of 16
 included: half a 16-word transpose), grouped-query heads, strided q / k / v views, a position bias, one
-sequence alone equal to it in a batch; and the layers that get it (``AttentionSpec.bf16_products``, set by
+sequence alone equal to it in a batch, bfloat16 tensors in and out (a bfloat16 model's: ``-DWDE_BF16_IO``); and the layers that get it (``AttentionSpec.bf16_products``, set by
 ``quantize_int8``). The kernel tests skip, saying why, on a CPU without AVX512-BF16; the build test runs on
 any x86 machine.
 
@@ -103,6 +103,21 @@ def test_bf16_kernel_grouped_query_heads_custom_scale_and_position_bias() -> Non
 
 
 @needs_bf16
+@pytest.mark.parametrize("head_size", (32, 48, 128))
+def test_bfloat16_tensors_in_and_out(head_size: int) -> None:
+    """A bfloat16 model's layers: the same products on the tensors as they are, the output rounded once."""
+    torch.manual_seed(head_size)
+    qkv = torch.randn(sum(SEQ_LENS), 3, 4, head_size).bfloat16()
+    q, k, v = qkv.unbind(1)
+    scale = head_size**-0.5
+    out = _kernel(q, k, v, SEQ_LENS, scale, bf16_products=False)  # bfloat16 tensors take it anyway
+    assert out.dtype == torch.bfloat16
+    _assert_close_to_oracle(out.float(), _oracle(q, k, v, SEQ_LENS, scale))
+    from_float32 = _kernel(q.float(), k.float(), v.float(), SEQ_LENS, scale)  # inputs exact in bf16 already
+    assert torch.equal(out, from_float32.bfloat16())
+
+
+@needs_bf16
 def test_bf16_kernel_sequence_alone_equals_in_batch() -> None:
     torch.manual_seed(1)
     seq_lens = [30, 81, 5]
@@ -123,13 +138,14 @@ def test_bf16_kernel_extreme_scores_stay_finite() -> None:
     torch.testing.assert_close(out, _oracle(q, k, v, [40], 1.0), atol=MAX_ABS, rtol=0)
 
 
-def test_bf16_variant_compiles() -> None:
-    """The source builds on any x86 machine with a C compiler, whether or not this CPU can run it."""
+@pytest.mark.parametrize("variant", [varlen_kernel.BF16_VARIANT, varlen_kernel.BF16_IO_VARIANT])
+def test_bf16_variants_compile(variant: varlen_kernel.KernelVariant) -> None:
+    """The source builds both ways on any x86 machine with a C compiler, whether or not this CPU runs it."""
     compiler = shutil.which("gcc") or shutil.which("cc")
     if compiler is None or platform.machine().lower() not in ("x86_64", "amd64"):
         pytest.skip("needs an x86 machine with a C compiler")
-    library = varlen_kernel.build(compiler, varlen_kernel.BF16_VARIANT)
-    assert library.is_file() and library.name.startswith("varlen_cpu_avx512bf16_")
+    library = varlen_kernel.build(compiler, variant)
+    assert library.is_file() and library.name.startswith(f"varlen_cpu_{variant.isa}_")
 
 
 def test_the_float32_kernel_runs_when_switched_off_or_on_avx2(

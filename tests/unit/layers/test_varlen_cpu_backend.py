@@ -1,6 +1,6 @@
 """The ``varlen_cpu`` attention backend: the CPU platform's first choice where it can run, and the selector's
-reason where it cannot (no AVX2 / AVX-512F, no C compiler, switched off, a dtype or spec it does not honour,
-hidden query expansion tokens). Its forward through the backend interface equals ``naive`` (max abs <= 1e-5,
+reason where it cannot (no AVX2 / AVX-512F, no C compiler, switched off, a dtype or spec it does not honour:
+float16, bfloat16 without AVX512-BF16; hidden query expansion tokens). Its forward through the backend interface equals ``naive`` (max abs <= 1e-5,
 float32) on GQA, strided q / k / v and sequences of mixed lengths."""
 
 from __future__ import annotations
@@ -74,8 +74,11 @@ def test_a_mixed_model_falls_back_to_sdpa_naming_the_layer() -> None:
 
 
 def test_dtype_and_hidden_expansion_tokens_are_refused() -> None:
-    _, skipped = select_attention_backend("auto", CpuPlatform(), torch.bfloat16, [PLAIN])
-    assert skipped["varlen_cpu"] == "does not support dtype bfloat16 (only float32)"
+    _, skipped = select_attention_backend("auto", CpuPlatform(), torch.float16, [PLAIN])
+    assert skipped["varlen_cpu"] == "does not support dtype float16 (only float32, bfloat16)"
+    backend, skipped = select_attention_backend("auto", CpuPlatform(), torch.bfloat16, [PLAIN])
+    bf16_reason = varlen_kernel.bf16_io_reason()  # a CPU without AVX512-BF16: no bfloat16 kernel
+    assert backend.name == "varlen_cpu" if not bf16_reason else skipped["varlen_cpu"].startswith("no bfloat16")
     _, skipped = select_attention_backend(
         "auto", CpuPlatform(), torch.float32, [PLAIN], needs_key_limits=True
     )

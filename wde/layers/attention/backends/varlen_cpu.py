@@ -2,7 +2,8 @@
 gather / scatter copies; 2-4x faster than grouped SDPA at head size 32).
 
 It runs where ``varlen_kernel`` has a kernel for the CPU (AVX-512F, else AVX2 + FMA) and a C compiler
-built it, on float32 layers: bidirectional, no sliding window, every token a key, a head size the kernel's
+built it, on float32 layers (bfloat16 ones where the CPU has AVX512-BF16: the bf16-products kernel on
+bfloat16 tensors): bidirectional, no sliding window, every token a key, a head size the kernel's
 vectors divide (16 on AVX-512, 8 on AVX2; at most 128). Grouped-query heads are read in place; a position
 bias (MPNet's) is added to the scores in the kernel. The selector says which of these failed when it passes
 the backend over; the CPU platform then takes ``torch_sdpa``. ``WDE_VARLEN_ATTENTION=0`` switches it off
@@ -35,7 +36,7 @@ class VarlenCpuBackend(AttentionBackend):
     name = "varlen_cpu"
     supports_key_limits = False
     supported_devices = ("cpu",)
-    supported_dtypes = (torch.float32,)
+    supported_dtypes = (torch.float32, torch.bfloat16)
 
     def __init__(self, spec: AttentionSpec) -> None:
         super().__init__(spec)
@@ -50,6 +51,9 @@ class VarlenCpuBackend(AttentionBackend):
         if os.environ.get(SWITCH_ENV, "1") == "0":
             return False, f"switched off by {SWITCH_ENV}=0"
         reason = varlen_kernel.unavailable_reason()  # builds the kernel on first use
+        if not reason and dtype == torch.bfloat16:
+            reason = varlen_kernel.bf16_io_reason()
+            reason = reason and f"no bfloat16 kernel: {reason}"
         return not reason, reason
 
     @classmethod
@@ -88,8 +92,10 @@ class VarlenCpuBackend(AttentionBackend):
         assert isinstance(metadata, VarlenCpuMetadata) and metadata.seq_starts is not None
         assert metadata.work_order is not None
         query, key, value = (t if t.stride(-1) == 1 else t.contiguous() for t in (query, key, value))
-        if position_bias is not None and position_bias.stride(-1) != 1:
-            position_bias = position_bias.contiguous()
+        if position_bias is not None:
+            position_bias = position_bias.float()  # the kernel adds a float32 bias (no copy if it is one)
+            if position_bias.stride(-1) != 1:
+                position_bias = position_bias.contiguous()
         return varlen_kernel.varlen_attention(
             query,
             key,

@@ -13,6 +13,9 @@
 // the int8 path, whose GEMMs round their inputs coarser (wde/layers/quantization), runs here where the CPU
 // has AVX512-BF16 (varlen_kernel.py's "avx512bf16" products).
 //
+// Built with -DWDE_BF16_IO, q, k, v and out are bfloat16 instead (a bfloat16 model's layers: the same products,
+// the inputs taken as they are and the output rounded once); the position bias stays float32.
+//
 // Built at first use by wde/layers/attention/backends/varlen_kernel.py (plain C, no torch headers).
 
 #include <immintrin.h>
@@ -74,11 +77,26 @@ static inline void transpose16(const uint32_t *src, int64_t row, int64_t n, uint
 // 16 float32 -> 16 bf16 (256 bits), round to nearest even
 static inline __m256i to_bf16(__m512 x) { return (__m256i)_mm512_cvtneps_pbh(x); }
 
+#ifdef WDE_BF16_IO
+typedef uint16_t elem_t;  // q, k, v and out: bfloat16 bits
+// 16 elements as float32 (exact) / as bf16 (as they are); 16 float32 stored rounded
+static inline __m512 load16(const elem_t *p) {
+    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)p)), 16));
+}
+static inline __m256i load16_bf16(const elem_t *p) { return _mm256_loadu_si256((const __m256i *)p); }
+static inline void store16(elem_t *p, __m512 x) { _mm256_storeu_si256((__m256i *)p, to_bf16(x)); }
+#else
+typedef float elem_t;
+static inline __m512 load16(const elem_t *p) { return _mm512_loadu_ps(p); }
+static inline __m256i load16_bf16(const elem_t *p) { return to_bf16(_mm512_loadu_ps(p)); }
+static inline void store16(elem_t *p, __m512 x) { _mm512_storeu_ps(p, x); }
+#endif
+
 // out rows [i0, i0 + pq) = (p[r, :n] V) * inv[r]; p as bf16 pairs (pp: n_pad / 2 words a row), V packed as
 // vt[key pair][16 * nd] (words); nd and pq constants in each instance
 static inline __attribute__((always_inline)) void weighted_values(const uint32_t *pp, int64_t n_pad,
                                                                 const uint32_t *vt, const int pq, const int64_t nd,
-                                                                const float *inv, float *out, int64_t out_row,
+                                                                const float *inv, elem_t *out, int64_t out_row,
                                                                 int64_t nq) {
     const int64_t d = 16 * nd, num_pairs = n_pad / 2;
     __m512 acc[8][8];
@@ -94,12 +112,12 @@ static inline __attribute__((always_inline)) void weighted_values(const uint32_t
     }
     for (int r = 0; r < pq && r < nq; ++r)
         for (int64_t b = 0; b < nd; ++b)
-            _mm512_storeu_ps(out + r * out_row + 16 * b, _mm512_mul_ps(acc[r][b], _mm512_set1_ps(inv[r])));
+            store16(out + r * out_row + 16 * b, _mm512_mul_ps(acc[r][b], _mm512_set1_ps(inv[r])));
 }
 
 // nd = head_size / 16, a constant in each of the instances below. Scratch: kt [d / 2][n_pad] words, vt
 // [n_pad / 2][d] words, rows [n_pad][d / 2] words (K as bf16), scores [QB][n_pad] floats, pp [QB][n_pad / 2].
-static inline __attribute__((always_inline)) void attend(const float *q, const float *k, const float *v, float *out,
+static inline __attribute__((always_inline)) void attend(const elem_t *q, const elem_t *k, const elem_t *v, elem_t *out,
                                                        int64_t n, const int64_t nd, int64_t q_row, int64_t k_row,
                                                        int64_t v_row, int64_t out_row, float scale, uint32_t *kt,
                                                        uint32_t *vt, uint32_t *rows, float *scores, uint32_t *pp,
@@ -111,7 +129,7 @@ static inline __attribute__((always_inline)) void attend(const float *q, const f
     // K: each row to bf16 (its words are dimension pairs), then [key][pair] -> [pair][key]
     for (int64_t j = 0; j < n; ++j)
         for (int64_t b = 0; b < nd; ++b)
-            _mm256_storeu_si256((__m256i *)(rows + j * half + 8 * b), to_bf16(_mm512_loadu_ps(k + j * k_row + 16 * b)));
+            _mm256_storeu_si256((__m256i *)(rows + j * half + 8 * b), load16_bf16(k + j * k_row + 16 * b));
     for (int64_t j0 = 0; j0 < n; j0 += 16)
         for (int64_t c0 = 0; c0 < half; c0 += 8) {  // 8 pairs: half a 16-word transpose when nd is odd
             if (c0 + 16 <= half) {
@@ -127,19 +145,19 @@ static inline __attribute__((always_inline)) void attend(const float *q, const f
                                                 22, 6, 21, 5, 20, 4, 19, 3, 18, 2, 17, 1, 16, 0);
     for (int64_t j = 0; j < n_pad; j += 2)
         for (int64_t b = 0; b < nd; ++b) {
-            const __m512 even = j < n ? _mm512_loadu_ps(v + j * v_row + 16 * b) : _mm512_setzero_ps();
-            const __m512 odd = j + 1 < n ? _mm512_loadu_ps(v + (j + 1) * v_row + 16 * b) : _mm512_setzero_ps();
-            const __m512i both = (__m512i)_mm512_cvtne2ps_pbh(odd, even);  // even in the low 16, odd in the high
+            const __m256i even = j < n ? load16_bf16(v + j * v_row + 16 * b) : _mm256_setzero_si256();
+            const __m256i odd = j + 1 < n ? load16_bf16(v + (j + 1) * v_row + 16 * b) : _mm256_setzero_si256();
+            const __m512i both = _mm512_inserti64x4(_mm512_castsi256_si512(even), odd, 1);  // even low, odd high
             _mm512_storeu_si512(vt + (j / 2) * d + 16 * b, _mm512_permutexvar_epi16(interleave, both));
         }
     uint32_t qs[QB * 64] __attribute__((aligned(64)));  // a block's scaled queries as bf16 pairs
     for (int64_t i0 = 0; i0 < n; i0 += QB) {
         const int64_t nq = (n - i0) < QB ? (n - i0) : QB;
         for (int64_t r = 0; r < QB; ++r) {  // rows past the end repeat the first (computed, not stored)
-            const float *qr = q + (i0 + (r < nq ? r : 0)) * q_row;
+            const elem_t *qr = q + (i0 + (r < nq ? r : 0)) * q_row;
             for (int64_t b = 0; b < nd; ++b)
                 _mm256_store_si256((__m256i *)(qs + r * half + 8 * b),
-                                   to_bf16(_mm512_mul_ps(_mm512_loadu_ps(qr + 16 * b), _mm512_set1_ps(q_scale))));
+                                   to_bf16(_mm512_mul_ps(load16(qr + 16 * b), _mm512_set1_ps(q_scale))));
         }
         // 1. scores and row maxima
         __m512 mx[QB];
@@ -189,7 +207,7 @@ static inline __attribute__((always_inline)) void attend(const float *q, const f
     }
 }
 
-static void attend_one(const float *q, const float *k, const float *v, float *out, int64_t n, int64_t d,
+static void attend_one(const elem_t *q, const elem_t *k, const elem_t *v, elem_t *out, int64_t n, int64_t d,
                        int64_t q_row, int64_t k_row, int64_t v_row, int64_t out_row, float scale, uint32_t *kt,
                        uint32_t *vt, uint32_t *rows, float *scores, uint32_t *pp, const float *bias,
                        int64_t bias_row) {
@@ -208,9 +226,10 @@ static void attend_one(const float *q, const float *k, const float *v, float *ou
 }
 
 // The float32 kernel's entry point and arguments (varlen_cpu_avx512.c): q [tokens, heads, d], k / v [tokens,
-// kv_heads, d], out [tokens, heads, d], seq_starts [num_seqs + 1], order (longest first), bias NULL or
-// [heads, L, L]; d a multiple of 16, at most 128.
-void wde_varlen_attention(const float *q, const float *k, const float *v, float *out, const int64_t *seq_starts,
+// kv_heads, d], out [tokens, heads, d] (float32, or bfloat16 with WDE_BF16_IO; strides in elements),
+// seq_starts [num_seqs + 1], order (longest first), bias NULL or float32 [heads, L, L]; d a multiple of 16,
+// at most 128.
+void wde_varlen_attention(const elem_t *q, const elem_t *k, const elem_t *v, elem_t *out, const int64_t *seq_starts,
                           int64_t num_seqs, int64_t heads, int64_t kv_heads, int64_t d, int64_t q_row,
                           int64_t q_head, int64_t k_row, int64_t k_head, int64_t v_row, int64_t v_head,
                           int64_t out_row, float scale, const int64_t *order, int num_threads, const float *bias,

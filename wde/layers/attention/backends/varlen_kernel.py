@@ -8,12 +8,14 @@ A layer that allows bf16 products (``AttentionSpec.bf16_products``: an int8 mode
 ``varlen_cpu_avx512bf16.c`` instead where the CPU has AVX512-BF16 (and the AVX-512 kernel is the chosen one):
 the same kernel with the scores' and the weighted values' products in bfloat16, float32 sums, 1.4-1.5x
 faster at head size 32 (2 cores of an AVX-512 bf16 EPYC, 32 sequences of 160 tokens, 12 heads).
-``WDE_VARLEN_BF16=0`` keeps such layers on the float32 kernel.
+``WDE_VARLEN_BF16=0`` keeps such layers on the float32 kernel. The same source built with ``-DWDE_BF16_IO``
+takes and gives bfloat16 tensors: a bfloat16 model's attention (``BF16_IO_VARIANT``; the switch is the same).
 """
 
 from __future__ import annotations
 
 import ctypes
+import dataclasses
 import functools
 import hashlib
 import logging
@@ -70,6 +72,10 @@ BF16_VARIANT = KernelVariant(
     ("avx512f", "avx512bw", "avx512_bf16"),
     ("AVX512", "AMX"),
     head_size_multiple=16,
+)
+# the same kernel with bfloat16 q, k, v and output (a bfloat16 model's layers)
+BF16_IO_VARIANT = dataclasses.replace(
+    BF16_VARIANT, isa="avx512bf16io", flags=(*BF16_VARIANT.flags, "-DWDE_BF16_IO")
 )
 
 
@@ -129,8 +135,8 @@ def _load() -> tuple[ctypes.CDLL | None, str]:
 
 
 @functools.cache
-def _load_bf16() -> tuple[ctypes.CDLL | None, str]:
-    """The bf16-products kernel (None and why not)."""
+def _load_bf16(bf16_io: bool = False) -> tuple[ctypes.CDLL | None, str]:
+    """The bf16-products kernel, on float32 tensors or (``bf16_io``) on bfloat16 ones (None and why not)."""
     variant, reason = chosen_variant()
     if variant is None:
         return None, reason
@@ -140,7 +146,7 @@ def _load_bf16() -> tuple[ctypes.CDLL | None, str]:
         return None, f"the {variant.isa} kernel is the chosen one"
     if not _cpu_runs(BF16_VARIANT):
         return None, f"this CPU lacks {'/'.join(BF16_VARIANT.cpu_flags)}"
-    return _load_variant(BF16_VARIANT)
+    return _load_variant(BF16_IO_VARIANT if bf16_io else BF16_VARIANT)
 
 
 @functools.cache
@@ -180,6 +186,11 @@ def bf16_products_reason() -> str:
     return _load_bf16()[1]
 
 
+def bf16_io_reason() -> str:
+    """Why no kernel takes bfloat16 tensors here ("" when one does)."""
+    return _load_bf16(bf16_io=True)[1]
+
+
 def head_size_reason(head_size: int) -> str:
     """Why the chosen kernel cannot take this head size ("" when it can)."""
     variant, _ = chosen_variant()
@@ -209,17 +220,19 @@ def varlen_attention(
     bias: torch.Tensor | None = None,
     bf16_products: bool = False,
 ) -> torch.Tensor:
-    """query [num_tokens, num_heads, head_size], key / value [num_tokens, num_kv_heads, head_size] (float32 on
-    the CPU, any row and head strides, contiguous head vectors), ``seq_starts`` [num_seqs + 1] int64 CPU,
-    ``order`` from ``work_order(seq_lens)`` -> [num_tokens, num_heads, head_size] float32. ``bias``: None, or
-    [num_heads, L, L] float32 (L >= the longest sequence, contiguous rows) added to each sequence's scores by
-    position within it (MPNet's relative position bias). ``bf16_products``: the bf16-products kernel
-    (``bf16_products_reason()`` says whether it runs here)."""
-    library, reason = _load_bf16() if bf16_products else _load()
+    """query [num_tokens, num_heads, head_size], key / value [num_tokens, num_kv_heads, head_size] (float32 or
+    bfloat16 on the CPU, any row and head strides, contiguous head vectors), ``seq_starts`` [num_seqs + 1]
+    int64 CPU, ``order`` from ``work_order(seq_lens)`` -> [num_tokens, num_heads, head_size] of the query's
+    dtype. ``bias``: None, or [num_heads, L, L] float32 (L >= the longest sequence, contiguous rows) added to
+    each sequence's scores by position within it (MPNet's relative position bias). ``bf16_products``: the
+    bf16-products kernel on float32 tensors (``bf16_products_reason()`` says whether it runs here);
+    bfloat16 tensors always take it (``bf16_io_reason()``)."""
+    bf16_io = query.dtype == torch.bfloat16
+    library, reason = _load_bf16(bf16_io) if bf16_products or bf16_io else _load()
     if library is None:
         raise RuntimeError(f"the varlen CPU attention kernel cannot run here: {reason}")
     num_tokens, num_heads, head_size = query.shape
-    out = torch.empty(num_tokens, num_heads, head_size, dtype=torch.float32)
+    out = torch.empty(num_tokens, num_heads, head_size, dtype=query.dtype)
     library.wde_varlen_attention(
         query.data_ptr(),
         key.data_ptr(),
