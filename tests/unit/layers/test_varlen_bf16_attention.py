@@ -2,9 +2,9 @@
 the CPU has AVX512-BF16) against a float64 oracle and against the float32 kernel: lengths around the key
 blocks (16), query blocks (8) and key pairs, every head size the AVX-512 kernels take (odd multiples of 16
 included: half a 16-word transpose), grouped-query heads, strided q / k / v views, a position bias, one
-sequence alone equal to it in a batch, bfloat16 tensors in and out (a bfloat16 model's: ``-DWDE_BF16_IO``); and the layers that get it (``AttentionSpec.bf16_products``, set by
-``quantize_int8``). The kernel tests skip, saying why, on a CPU without AVX512-BF16; the build test runs on
-any x86 machine.
+sequence alone equal to it in a batch, bfloat16 tensors in and out (a bfloat16 model's: ``-DWDE_BF16_IO``);
+and the layers that get it (``AttentionSpec.bf16_products``, set by ``quantize_int8``). The kernel tests
+skip, saying why, on a CPU without AVX512-BF16; the build tests run on any x86 machine.
 
 Tolerance: q, k, v, and the probabilities are rounded to bf16 (8 significant bits, a relative rounding of at
 most 2^-9), the sums are float32, so a score's error grows with the score: on unit-normal inputs the output

@@ -1,7 +1,8 @@
 """The ``varlen_cpu`` attention backend: the CPU platform's first choice where it can run, and the selector's
 reason where it cannot (no AVX2 / AVX-512F, no C compiler, switched off, a dtype or spec it does not honour:
-float16, bfloat16 without AVX512-BF16; hidden query expansion tokens). Its forward through the backend interface equals ``naive`` (max abs <= 1e-5,
-float32) on GQA, strided q / k / v and sequences of mixed lengths."""
+float16, bfloat16 without AVX512-BF16; hidden query expansion tokens). Its forward through the backend
+interface equals ``naive`` (max abs <= 1e-5, float32) on GQA, strided q / k / v and sequences of mixed
+lengths."""
 
 from __future__ import annotations
 
