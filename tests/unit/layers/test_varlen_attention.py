@@ -96,12 +96,34 @@ def test_kernel_grouped_query_heads_and_custom_scale() -> None:
     torch.testing.assert_close(out, _naive(spec, q, k, v, seq_lens), atol=TOLERANCE, rtol=TOLERANCE)
 
 
-def test_kernel_sequence_alone_equals_in_batch() -> None:
+BF16_REASON = varlen_kernel.bf16_products_reason()
+
+
+@pytest.mark.parametrize(
+    "bf16_products",
+    [
+        False,
+        pytest.param(True, marks=pytest.mark.skipif(bool(BF16_REASON), reason=f"no bf16: {BF16_REASON}")),
+    ],
+)
+def test_kernel_sequence_alone_equals_in_batch(bf16_products: bool) -> None:
+    """Also the bf16-products kernel's (varlen_cpu_avx512bf16.c: an int8 model's layers)."""
     torch.manual_seed(1)
     seq_lens = [30, 81, 5]
     q, k, v = torch.randn(3, sum(seq_lens), 12, 32).unbind(0)
-    batched = _kernel(q, k, v, seq_lens, 0.2)
-    alone = _kernel(q[30:111], k[30:111], v[30:111], [81], 0.2)
+    starts = torch.tensor([0, *torch.tensor(seq_lens).cumsum(0).tolist()], dtype=torch.int64)
+    batched = varlen_kernel.varlen_attention(
+        q, k, v, starts, varlen_kernel.work_order(seq_lens), 0.2, bf16_products=bf16_products
+    )
+    alone = varlen_kernel.varlen_attention(
+        q[30:111],
+        k[30:111],
+        v[30:111],
+        torch.tensor([0, 81], dtype=torch.int64),
+        varlen_kernel.work_order([81]),
+        0.2,
+        bf16_products=bf16_products,
+    )
     assert torch.equal(batched[30:111], alone)  # same arithmetic, bit for bit
 
 

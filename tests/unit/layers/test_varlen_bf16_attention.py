@@ -1,10 +1,10 @@
 """The bf16-products varlen kernel (``varlen_cpu_avx512bf16.c``: the attention of an int8 model's layers where
 the CPU has AVX512-BF16) against a float64 oracle and against the float32 kernel: lengths around the key
 blocks (16), query blocks (8) and key pairs, every head size the AVX-512 kernels take (odd multiples of 16
-included: half a 16-word transpose), grouped-query heads, strided q / k / v views, a position bias, one
-sequence alone equal to it in a batch, bfloat16 tensors in and out (a bfloat16 model's: ``-DWDE_BF16_IO``);
-and the layers that get it (``AttentionSpec.bf16_products``, set by ``quantize_int8``). The kernel tests
-skip, saying why, on a CPU without AVX512-BF16; the build tests run on any x86 machine.
+included: half a 16-word transpose), grouped-query heads, strided q / k / v views, a position bias, bfloat16
+tensors in and out (a bfloat16 model's: ``-DWDE_BF16_IO``); and the layers that get it
+(``AttentionSpec.bf16_products``, set by ``quantize_int8``). Batch == single: test_varlen_attention.py. The
+kernel tests skip, saying why, on a CPU without AVX512-BF16; the build tests run on any x86 machine.
 
 Tolerance: q, k, v, and the probabilities are rounded to bf16 (8 significant bits, a relative rounding of at
 most 2^-9), the sums are float32, so a score's error grows with the score: on unit-normal inputs the output
@@ -115,16 +115,6 @@ def test_bfloat16_tensors_in_and_out(head_size: int) -> None:
     _assert_close_to_oracle(out.float(), _oracle(q, k, v, SEQ_LENS, scale))
     from_float32 = _kernel(q.float(), k.float(), v.float(), SEQ_LENS, scale)  # inputs exact in bf16 already
     assert torch.equal(out, from_float32.bfloat16())
-
-
-@needs_bf16
-def test_bf16_kernel_sequence_alone_equals_in_batch() -> None:
-    torch.manual_seed(1)
-    seq_lens = [30, 81, 5]
-    q, k, v = torch.randn(3, sum(seq_lens), 12, 32).unbind(0)
-    batched = _kernel(q, k, v, seq_lens, 0.2)
-    alone = _kernel(q[30:111], k[30:111], v[30:111], [81], 0.2)
-    assert torch.equal(batched[30:111], alone)  # same arithmetic, bit for bit
 
 
 @needs_bf16

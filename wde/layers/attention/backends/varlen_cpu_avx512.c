@@ -16,63 +16,7 @@
 // Built at first use by wde/layers/attention/backends/varlen_kernel.py (plain C, no torch headers); the
 // varlen_cpu attention backend calls it. varlen_cpu_avx2.c is the same kernel for AVX2 + FMA CPUs.
 
-#include <immintrin.h>
-#include <math.h>
-#include <stdint.h>
-#include <stdlib.h>
-
-#define QB 8  // queries per block
-#define LOG2E 1.44269504088896341f
-
-static inline __mmask16 first_lanes(int64_t count) {  // the first count (< 16) lanes
-    return (__mmask16)((1u << count) - 1u);
-}
-
-// 2^x for x <= 0; below -125 it gives ~2^-125, never a denormal (an add of denormals costs a microcode
-// assist on many x86 cores): tiny against the row sum (>= 1), and lanes past the keys are masked to 0
-static inline __m512 exp2_512(__m512 x) {
-    x = _mm512_max_ps(x, _mm512_set1_ps(-125.0f));
-    const __m512 fx = _mm512_roundscale_ps(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    const __m512 r = _mm512_sub_ps(x, fx);  // [-0.5, 0.5]
-    // 2^r = e^(r ln2), Taylor to degree 6: relative error < 1.2e-7 on [-0.5, 0.5]
-    __m512 y = _mm512_set1_ps(1.5403530393381606e-4f);
-    y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(1.3333558146428443e-3f));
-    y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(9.6181291076284772e-3f));
-    y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(5.5504108664821580e-2f));
-    y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(2.4022650695910071e-1f));
-    y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(6.9314718055994531e-1f));
-    y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(1.0f));
-    return _mm512_scalef_ps(y, fx);
-}
-
-// dst[c * ld + j] = src[j * row + c] for c < 16, j < 16 (rows j >= n are zeros)
-static inline void transpose16(const float *src, int64_t row, int64_t n, float *dst, int64_t ld) {
-    __m512 r[16], t[16];
-    for (int j = 0; j < 16; ++j) r[j] = j < n ? _mm512_loadu_ps(src + j * row) : _mm512_setzero_ps();
-    for (int j = 0; j < 16; j += 2) {
-        t[j] = _mm512_unpacklo_ps(r[j], r[j + 1]);
-        t[j + 1] = _mm512_unpackhi_ps(r[j], r[j + 1]);
-    }
-    for (int j = 0; j < 16; j += 4) {
-        r[j] = _mm512_castpd_ps(_mm512_unpacklo_pd(_mm512_castps_pd(t[j]), _mm512_castps_pd(t[j + 2])));
-        r[j + 1] = _mm512_castpd_ps(_mm512_unpackhi_pd(_mm512_castps_pd(t[j]), _mm512_castps_pd(t[j + 2])));
-        r[j + 2] = _mm512_castpd_ps(_mm512_unpacklo_pd(_mm512_castps_pd(t[j + 1]), _mm512_castps_pd(t[j + 3])));
-        r[j + 3] = _mm512_castpd_ps(_mm512_unpackhi_pd(_mm512_castps_pd(t[j + 1]), _mm512_castps_pd(t[j + 3])));
-    }
-    for (int j = 0; j < 4; ++j) {  // 128-bit lanes: rows j, j+4, j+8, j+12
-        t[j] = _mm512_shuffle_f32x4(r[j], r[j + 4], 0x88);
-        t[j + 4] = _mm512_shuffle_f32x4(r[j], r[j + 4], 0xdd);
-        t[j + 8] = _mm512_shuffle_f32x4(r[j + 8], r[j + 12], 0x88);
-        t[j + 12] = _mm512_shuffle_f32x4(r[j + 8], r[j + 12], 0xdd);
-    }
-    for (int j = 0; j < 4; ++j) {
-        r[j] = _mm512_shuffle_f32x4(t[j], t[j + 8], 0x88);
-        r[j + 8] = _mm512_shuffle_f32x4(t[j], t[j + 8], 0xdd);
-        r[j + 4] = _mm512_shuffle_f32x4(t[j + 4], t[j + 12], 0x88);
-        r[j + 12] = _mm512_shuffle_f32x4(t[j + 4], t[j + 12], 0xdd);
-    }
-    for (int c = 0; c < 16; ++c) _mm512_storeu_ps(dst + c * ld, r[c]);  // r[c]: column c of the 16 rows
-}
+#include "varlen_cpu_avx512.h"  // QB, LOG2E, first_lanes, exp2_512, transpose16, finish_scores
 
 // out rows [i0, i0 + pq) += p[r, :n] V; nd = head_size / 16 and pq constants in each instance
 static inline __attribute__((always_inline)) void weighted_values(const float *p, int64_t n_pad, const float *v,
@@ -126,21 +70,7 @@ static inline __attribute__((always_inline)) void attend(const float *q, const f
                 const __m512 kv = _mm512_loadu_ps(kt + c * n_pad + j);
                 for (int r = 0; r < QB; ++r) a[r] = _mm512_fmadd_ps(_mm512_set1_ps(qs[r * d + c]), kv, a[r]);
             }
-            if (bias) {  // + bias[query, key], in log2 units like the scores
-                const __mmask16 keys = n - j < 16 ? first_lanes(n - j) : (__mmask16)0xffff;
-                for (int r = 0; r < QB; ++r) {
-                    const float *bias_r = bias + (i0 + (r < nq ? r : 0)) * bias_row + j;
-                    a[r] = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(keys, bias_r), _mm512_set1_ps(LOG2E), a[r]);
-                }
-            }
-            if (n - j < 16) {
-                const __mmask16 keys = first_lanes(n - j);
-                for (int r = 0; r < QB; ++r) a[r] = _mm512_mask_mov_ps(_mm512_set1_ps(-INFINITY), keys, a[r]);
-            }
-            for (int r = 0; r < QB; ++r) {
-                _mm512_storeu_ps(scores + r * n_pad + j, a[r]);
-                mx[r] = _mm512_max_ps(mx[r], a[r]);
-            }
+            finish_scores(a, bias, bias_row, i0, nq, j, n, scores, n_pad, mx);
         }
         // 2. exp2(score - max) in place, row sums
         float inv[QB];
@@ -149,7 +79,7 @@ static inline __attribute__((always_inline)) void attend(const float *q, const f
             __m512 sum = _mm512_setzero_ps();
             float *row = scores + r * n_pad;
             for (int64_t j = 0; j < n_pad; j += 16) {
-                __m512 e = exp2_512(_mm512_sub_ps(_mm512_loadu_ps(row + j), m));
+                __m512 e = exp2_512(_mm512_sub_ps(_mm512_loadu_ps(row + j), m), 6);  // ~1e-7 relative
                 if (n - j < 16) e = _mm512_maskz_mov_ps(first_lanes(n - j), e);
                 _mm512_storeu_ps(row + j, e);
                 sum = _mm512_add_ps(sum, e);
@@ -189,12 +119,7 @@ void wde_varlen_attention(const float *q, const float *k, const float *v, float 
                           int64_t q_head, int64_t k_row, int64_t k_head, int64_t v_row, int64_t v_head,
                           int64_t out_row, float scale, const int64_t *order, int num_threads, const float *bias,
                           int64_t bias_head, int64_t bias_row) {
-    int64_t max_len = 0;
-    for (int64_t s = 0; s < num_seqs; ++s) {
-        const int64_t n = seq_starts[s + 1] - seq_starts[s];
-        if (n > max_len) max_len = n;
-    }
-    const int64_t max_pad = (max_len + 15) & ~(int64_t)15;
+    const int64_t max_pad = max_padded_len(seq_starts, num_seqs);
     const int64_t per_kv = heads / kv_heads;
     const int64_t total = num_seqs * heads;
 #pragma omp parallel num_threads(num_threads)

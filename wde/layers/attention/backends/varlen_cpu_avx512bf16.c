@@ -18,61 +18,7 @@
 //
 // Built at first use by wde/layers/attention/backends/varlen_kernel.py (plain C, no torch headers).
 
-#include <immintrin.h>
-#include <math.h>
-#include <stdint.h>
-#include <stdlib.h>
-
-#define QB 8  // queries per block
-#define LOG2E 1.44269504088896341f
-
-static inline __mmask16 first_lanes(int64_t count) {  // the first count (< 16) lanes
-    return (__mmask16)((1u << count) - 1u);
-}
-
-// 2^x for x <= 0, to the precision bf16 probabilities keep: Taylor to degree 4 on [-0.5, 0.5], relative
-// error < 4.3e-5 (a bf16 rounding is up to 3.9e-3); below -125 it gives ~2^-125, never a denormal
-static inline __m512 exp2_512(__m512 x) {
-    x = _mm512_max_ps(x, _mm512_set1_ps(-125.0f));
-    const __m512 fx = _mm512_roundscale_ps(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    const __m512 r = _mm512_sub_ps(x, fx);
-    __m512 y = _mm512_set1_ps(9.6181291076284772e-3f);
-    y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(5.5504108664821580e-2f));
-    y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(2.4022650695910071e-1f));
-    y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(6.9314718055994531e-1f));
-    y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(1.0f));
-    return _mm512_scalef_ps(y, fx);
-}
-
-// dst[c * ld + j] = src[j * row + c] for c < 16, j < 16, as 32-bit words (rows j >= n are zeros)
-static inline void transpose16(const uint32_t *src, int64_t row, int64_t n, uint32_t *dst, int64_t ld) {
-    __m512 r[16], t[16];
-    for (int j = 0; j < 16; ++j)
-        r[j] = j < n ? _mm512_castsi512_ps(_mm512_loadu_si512(src + j * row)) : _mm512_setzero_ps();
-    for (int j = 0; j < 16; j += 2) {
-        t[j] = _mm512_unpacklo_ps(r[j], r[j + 1]);
-        t[j + 1] = _mm512_unpackhi_ps(r[j], r[j + 1]);
-    }
-    for (int j = 0; j < 16; j += 4) {
-        r[j] = _mm512_castpd_ps(_mm512_unpacklo_pd(_mm512_castps_pd(t[j]), _mm512_castps_pd(t[j + 2])));
-        r[j + 1] = _mm512_castpd_ps(_mm512_unpackhi_pd(_mm512_castps_pd(t[j]), _mm512_castps_pd(t[j + 2])));
-        r[j + 2] = _mm512_castpd_ps(_mm512_unpacklo_pd(_mm512_castps_pd(t[j + 1]), _mm512_castps_pd(t[j + 3])));
-        r[j + 3] = _mm512_castpd_ps(_mm512_unpackhi_pd(_mm512_castps_pd(t[j + 1]), _mm512_castps_pd(t[j + 3])));
-    }
-    for (int j = 0; j < 4; ++j) {
-        t[j] = _mm512_shuffle_f32x4(r[j], r[j + 4], 0x88);
-        t[j + 4] = _mm512_shuffle_f32x4(r[j], r[j + 4], 0xdd);
-        t[j + 8] = _mm512_shuffle_f32x4(r[j + 8], r[j + 12], 0x88);
-        t[j + 12] = _mm512_shuffle_f32x4(r[j + 8], r[j + 12], 0xdd);
-    }
-    for (int j = 0; j < 4; ++j) {
-        r[j] = _mm512_shuffle_f32x4(t[j], t[j + 8], 0x88);
-        r[j + 8] = _mm512_shuffle_f32x4(t[j], t[j + 8], 0xdd);
-        r[j + 4] = _mm512_shuffle_f32x4(t[j + 4], t[j + 12], 0x88);
-        r[j + 12] = _mm512_shuffle_f32x4(t[j + 4], t[j + 12], 0xdd);
-    }
-    for (int c = 0; c < 16; ++c) _mm512_storeu_si512(dst + c * ld, _mm512_castps_si512(r[c]));
-}
+#include "varlen_cpu_avx512.h"  // QB, LOG2E, first_lanes, exp2_512, transpose16, finish_scores
 
 // 16 float32 -> 16 bf16 (256 bits), round to nearest even
 static inline __m256i to_bf16(__m512 x) { return (__m256i)_mm512_cvtneps_pbh(x); }
@@ -133,7 +79,7 @@ static inline __attribute__((always_inline)) void attend(const elem_t *q, const 
     for (int64_t j0 = 0; j0 < n; j0 += 16)
         for (int64_t c0 = 0; c0 < half; c0 += 8) {  // 8 pairs: half a 16-word transpose when nd is odd
             if (c0 + 16 <= half) {
-                transpose16(rows + j0 * half + c0, half, n - j0, kt + c0 * n_pad + j0, n_pad);
+                transpose16((const float *)(rows + j0 * half + c0), half, n - j0, (float *)(kt + c0 * n_pad + j0), n_pad);
                 c0 += 8;
             } else {  // the last 8 pairs of an odd nd: word by word
                 for (int64_t c = c0; c < half; ++c)
@@ -170,21 +116,7 @@ static inline __attribute__((always_inline)) void attend(const elem_t *q, const 
                 for (int r = 0; r < QB; ++r)
                     a[r] = _mm512_dpbf16_ps(a[r], (__m512bh)_mm512_set1_epi32((int)qs[r * half + c]), kv);
             }
-            if (bias) {  // + bias[query, key], in log2 units like the scores
-                const __mmask16 keys = n - j < 16 ? first_lanes(n - j) : (__mmask16)0xffff;
-                for (int r = 0; r < QB; ++r) {
-                    const float *bias_r = bias + (i0 + (r < nq ? r : 0)) * bias_row + j;
-                    a[r] = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(keys, bias_r), _mm512_set1_ps(LOG2E), a[r]);
-                }
-            }
-            if (n - j < 16) {
-                const __mmask16 keys = first_lanes(n - j);
-                for (int r = 0; r < QB; ++r) a[r] = _mm512_mask_mov_ps(_mm512_set1_ps(-INFINITY), keys, a[r]);
-            }
-            for (int r = 0; r < QB; ++r) {
-                _mm512_storeu_ps(scores + r * n_pad + j, a[r]);
-                mx[r] = _mm512_max_ps(mx[r], a[r]);
-            }
+            finish_scores(a, bias, bias_row, i0, nq, j, n, scores, n_pad, mx);
         }
         // 2. exp2(score - max), row sums in float32, the probabilities as bf16 pairs
         float inv[QB];
@@ -193,7 +125,7 @@ static inline __attribute__((always_inline)) void attend(const elem_t *q, const 
             __m512 sum = _mm512_setzero_ps();
             const float *row = scores + r * n_pad;
             for (int64_t j = 0; j < n_pad; j += 16) {
-                __m512 e = exp2_512(_mm512_sub_ps(_mm512_loadu_ps(row + j), m));
+                __m512 e = exp2_512(_mm512_sub_ps(_mm512_loadu_ps(row + j), m), 4);  // bf16 keeps ~4e-3
                 if (n - j < 16) e = _mm512_maskz_mov_ps(first_lanes(n - j), e);
                 _mm256_storeu_si256((__m256i *)(pp + r * (n_pad / 2) + j / 2), to_bf16(e));
                 sum = _mm512_add_ps(sum, e);
@@ -234,12 +166,7 @@ void wde_varlen_attention(const elem_t *q, const elem_t *k, const elem_t *v, ele
                           int64_t q_head, int64_t k_row, int64_t k_head, int64_t v_row, int64_t v_head,
                           int64_t out_row, float scale, const int64_t *order, int num_threads, const float *bias,
                           int64_t bias_head, int64_t bias_row) {
-    int64_t max_len = 0;
-    for (int64_t s = 0; s < num_seqs; ++s) {
-        const int64_t n = seq_starts[s + 1] - seq_starts[s];
-        if (n > max_len) max_len = n;
-    }
-    const int64_t max_pad = (max_len + 15) & ~(int64_t)15;
+    const int64_t max_pad = max_padded_len(seq_starts, num_seqs);
     const int64_t per_kv = heads / kv_heads;
     const int64_t total = num_seqs * heads;
 #pragma omp parallel num_threads(num_threads)

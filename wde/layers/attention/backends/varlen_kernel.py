@@ -111,7 +111,9 @@ def build(compiler: str, variant: KernelVariant) -> Path:
     running one needs its ISA)."""
     source_path = Path(__file__).with_name(variant.source)
     flags = [*BASE_FLAGS, *variant.flags]
-    digest = hashlib.sha256(source_path.read_bytes() + " ".join([compiler, *flags]).encode()).hexdigest()[:16]
+    # the source and the headers beside it (varlen_cpu_avx512.h), so that an edit of either builds again
+    sources = b"".join(path.read_bytes() for path in [source_path, *sorted(source_path.parent.glob("*.h"))])
+    digest = hashlib.sha256(sources + " ".join([compiler, *flags]).encode()).hexdigest()[:16]
     target = _cache_dir() / f"varlen_cpu_{variant.isa}_{digest}.so"
     if target.exists():
         return target
