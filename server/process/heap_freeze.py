@@ -43,9 +43,10 @@ _thresholds_before: tuple[int, int, int] | None = None  # what thaw_heap restore
 
 
 def freeze_heap() -> None:
-    """Collect the garbage there is, then freeze every object alive: collections skip them from now on."""
-    start = time.perf_counter()
+    """Collect the garbage there is, then freeze every object alive: collections skip them from now on; the
+    young generation is collected at ``SERVING_THRESHOLDS`` until ``thaw_heap``."""
     global _thresholds_before
+    start = time.perf_counter()
     gc.collect()
     gc.freeze()
     if _thresholds_before is None:

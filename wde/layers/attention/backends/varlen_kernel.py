@@ -229,6 +229,9 @@ def varlen_attention(
     each sequence's scores by position within it (MPNet's relative position bias). ``bf16_products``: the
     bf16-products kernel on float32 tensors (``bf16_products_reason()`` says whether it runs here);
     bfloat16 tensors always take it (``bf16_io_reason()``)."""
+    if query.dtype not in (torch.float32, torch.bfloat16) or {key.dtype, value.dtype} != {query.dtype}:
+        dtypes = f"{query.dtype}, {key.dtype}, {value.dtype}"
+        raise ValueError(f"q, k, v must be all float32 or all bfloat16; got {dtypes}")
     bf16_io = query.dtype == torch.bfloat16
     library, reason = _load_bf16(bf16_io) if bf16_products or bf16_io else _load()
     if library is None:
