@@ -139,11 +139,11 @@ def _load() -> tuple[ctypes.CDLL | None, str]:
 @functools.cache
 def _load_bf16(bf16_io: bool = False) -> tuple[ctypes.CDLL | None, str]:
     """The bf16-products kernel, on float32 tensors or (``bf16_io``) on bfloat16 ones (None and why not)."""
+    if os.environ.get(BF16_ENV, "1") == "0":
+        return None, f"switched off by {BF16_ENV}=0"
     variant, reason = chosen_variant()
     if variant is None:
         return None, reason
-    if os.environ.get(BF16_ENV, "1") == "0":
-        return None, f"switched off by {BF16_ENV}=0"
     if variant.isa != "avx512":
         return None, f"the {variant.isa} kernel is the chosen one"
     if not _cpu_runs(BF16_VARIANT):
