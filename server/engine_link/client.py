@@ -75,6 +75,7 @@ logger = logging.getLogger("wde.server")
 
 ENGINE_GONE = "the engine process stopped; restart the server"
 POLL_MS = 200  # the reader thread looks at ``close()`` this often
+HANDSHAKE_SECONDS = 10.0  # the longest a worker waits for its answer socket to connect before saying hello
 # a call with more text than this is tokenized on a thread, not on the event loop (~1 ms of tokenizer time)
 MAX_INLINE_CHARS = 16_384
 
@@ -102,6 +103,8 @@ class EngineLink:
         self._pull = self._context.socket(zmq.DEALER)
         self._pull.setsockopt(zmq.IDENTITY, worker_name.encode())
         self._pull.setsockopt(zmq.RCVHWM, 0)
+        # the connection's handshake, watched from before it starts (``start`` waits for it)
+        self._handshake: zmq.Socket | None = self._pull.get_monitor_socket(zmq.EVENT_HANDSHAKE_SUCCEEDED)
         self._pull.connect(endpoint(ipc_dir, OUT_ENDPOINT))
         self._engine_alive = engine_alive
         self.threads: dict[int, RemoteEngineThread] = {}  # by model index
@@ -149,8 +152,27 @@ class EngineLink:
     def start(self) -> None:
         """Connect (idempotent); the engine process answers with every model's state (``heard``)."""
         if not self._reader.is_alive():
+            self._await_handshake()
             self._reader.start()
             self.send(Hello(self.name))
+
+    def _await_handshake(self) -> None:
+        """Wait until the answer socket is connected to the engine process (up to ``HANDSHAKE_SECONDS``):
+        what the engine process sends at hello (the ranges kept so far) to a socket it does not know yet is
+        dropped, and a worker started late would compute them again."""
+        monitor, self._handshake = self._handshake, None
+        if monitor is None:
+            return
+        try:
+            if not monitor.poll(int(HANDSHAKE_SECONDS * 1000)):
+                logger.warning(
+                    "worker %s: no connection to the engine process after %.0f s; saying hello anyway",
+                    self.name,
+                    HANDSHAKE_SECONDS,
+                )
+        finally:
+            self._pull.disable_monitor()
+            monitor.close(linger=0)
 
     def send(self, message: messages.ToEngine) -> None:
         data = messages.encode(message)
