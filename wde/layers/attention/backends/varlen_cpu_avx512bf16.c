@@ -76,16 +76,13 @@ static inline __attribute__((always_inline)) void attend(const elem_t *q, const 
     for (int64_t j = 0; j < n; ++j)
         for (int64_t b = 0; b < nd; ++b)
             _mm256_storeu_si256((__m256i *)(rows + j * half + 8 * b), load16_bf16(k + j * k_row + 16 * b));
-    for (int64_t j0 = 0; j0 < n; j0 += 16)
-        for (int64_t c0 = 0; c0 < half; c0 += 8) {  // 8 pairs: half a 16-word transpose when nd is odd
-            if (c0 + 16 <= half) {
-                transpose16((const float *)(rows + j0 * half + c0), half, n - j0, (float *)(kt + c0 * n_pad + j0), n_pad);
-                c0 += 8;
-            } else {  // the last 8 pairs of an odd nd: word by word
-                for (int64_t c = c0; c < half; ++c)
-                    for (int64_t j = j0; j < j0 + 16; ++j) kt[c * n_pad + j] = j < n ? rows[j * half + c] : 0u;
-            }
-        }
+    for (int64_t j0 = 0; j0 < n; j0 += 16) {
+        int64_t c0 = 0;
+        for (; c0 + 16 <= half; c0 += 16)
+            transpose16((const float *)(rows + j0 * half + c0), half, n - j0, (float *)(kt + c0 * n_pad + j0), n_pad);
+        for (int64_t c = c0; c < half; ++c)  // the last 8 pairs of an odd nd: word by word
+            for (int64_t j = j0; j < j0 + 16; ++j) kt[c * n_pad + j] = j < n ? rows[j * half + c] : 0u;
+    }
     // V: rows j, j + 1 interleaved per dimension: (V[j, c], V[j + 1, c]) in the word of pair j / 2
     const __m512i interleave = _mm512_set_epi16(31, 15, 30, 14, 29, 13, 28, 12, 27, 11, 26, 10, 25, 9, 24, 8, 23, 7,
                                                 22, 6, 21, 5, 20, 4, 19, 3, 18, 2, 17, 1, 16, 0);
