@@ -60,13 +60,12 @@ def bert(description: str, size: str, write: Callable[..., Path] = write_random_
 
 
 def cross_encoder(description: str, size: str) -> Shape:
-    """A random one-label BERT cross-encoder, timed on (query, candidate) pairs; no st-* peer."""
+    """A random one-label BERT cross-encoder, timed on (query, candidate) pairs; the st-* peers load it as a
+    ``CrossEncoder`` on their backends."""
     return Shape(
         description,
         task="score",
         write=lambda path, tokenizer: write_random_cross_encoder(path, size, tokenizer),
-        peer_backends=(),
-        why_no_peer="the st-* peers export SentenceTransformer models, not CrossEncoder ones",
     )
 
 

@@ -3,8 +3,8 @@
 XLM-R large encoder, a BERT-base cross-encoder, Qwen3-Embedding-0.6B and EmbeddingGemma-300m cut to 4
 layers), every system: sentence-transformers float32 (the baseline and the reference), the st-* peers
 (ONNX Runtime float32 and dynamic int8, OpenVINO f32, default precision and static int8:
-``benchmarks.st_peers``; the shapes a peer's backend cannot load say so in one line: the cross-encoder has
-none, the decoders OpenVINO's only), wde float32, int8 and, where the CPU computes it natively, bfloat16.
+``benchmarks.st_peers``, a cross-encoder's through ``CrossEncoder(backend=...)``; the shapes a peer's
+backend cannot load say so in one line: the decoders have OpenVINO's only), wde float32, int8 and, where the CPU computes it natively, bfloat16.
 
 Per shape, every system stays loaded and is timed interleaved with the others
 (``benchmarks.offline.time_rows``: one warm-up round, then ``--repeats``). The table gives tokens/s (median,
@@ -24,6 +24,7 @@ from __future__ import annotations
 import argparse
 import functools
 import platform
+import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from importlib.metadata import PackageNotFoundError, version
@@ -271,7 +272,7 @@ def _timed_shape(
         return offline.Timing(name, seconds, num_tokens, len(inputs), flops, peak, value)
 
     if shape.task == "score":
-        return _run_cross_encoder(path, args, engines, inputs, timing, (num_tokens, peak))
+        return _run_cross_encoder(shape, path, args, matrix, engines, inputs, timing, (num_tokens, peak))
     systems: list[System] = [offline.st_system(str(path), "float32", args.st_batch_size, inputs)]
     for row, engine in engines.items():
         label = offline.wde_label(row.dtype, row.quantization)
@@ -290,15 +291,17 @@ def _timed_shape(
 
 
 def _run_cross_encoder(
+    shape: Shape,
     path: Path,
     args: argparse.Namespace,
+    matrix: Matrix,
     engines: dict[WdeRow, Any],
     pairs: list[tuple[str, str]],
     timing: Callable[[str, str, list[float], Quality | None], offline.Timing],
     num_tokens_and_peak: tuple[int, float],
 ) -> ShapeRun:
-    """``CrossEncoder.predict`` against ``LLM.score`` on the pairs, timed interleaved; the agreement is the
-    largest score difference to ``CrossEncoder.predict`` float32."""
+    """``CrossEncoder.predict`` against ``LLM.score`` and the st-* peers' ``CrossEncoder`` on the pairs, timed
+    interleaved; the agreement is the largest score difference to ``CrossEncoder.predict`` float32."""
     from sentence_transformers import CrossEncoder
 
     model = CrossEncoder(str(path), device="cpu")
@@ -308,11 +311,28 @@ def _run_cross_encoder(
     for row, engine in engines.items():
         wde_label = offline.wde_label(row.dtype, row.quantization).replace("LLM.encode", "LLM.score")
         systems.append(InProcessSystem(wde_label, row.dtype, functools.partial(_wde_scores, engine), pairs))
-    seconds = time_interleaved(systems, args.repeats, offline.progress)
-    reference = systems[0].last_embeddings()
-    rows = [timing(system.label, system.dtype, s, None) for system, s in zip(systems, seconds, strict=True)]
-    cells = [f"{np.abs(system.last_embeddings() - reference).max():.1e}" for system in systems]
-    return ShapeRun(pairs, *num_tokens_and_peak, rows, cells, "max abs score diff vs ST float32")
+    failures: list[str] = []
+    with tempfile.TemporaryDirectory(prefix="wde-bench-st-") as workdir:
+        peers = st_peers.start(
+            shape_peers(shape, matrix.peer_names),
+            str(path),
+            list(pairs),
+            matrix.threads,
+            args.st_batch_size,
+            matrix.calibration,
+            Path(workdir),
+            failures,
+            task="score",
+        )
+        try:
+            timed = [*systems, *peers]
+            seconds = time_interleaved(timed, args.repeats, offline.progress)
+            scores = [system.last_embeddings() for system in timed]
+        finally:
+            st_peers.close(peers)
+    rows = [timing(system.label, system.dtype, s, None) for system, s in zip(timed, seconds, strict=True)]
+    cells = [f"{np.abs(system_scores - scores[0]).max():.1e}" for system_scores in scores]
+    return ShapeRun(pairs, *num_tokens_and_peak, rows, cells, "max abs score diff vs ST float32", failures)
 
 
 def format_shape(name: str, shape: Shape, run: ShapeRun) -> list[str]:

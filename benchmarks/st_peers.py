@@ -101,8 +101,9 @@ def load_command(
     batch_size: int,
     calibration: dict[str, Any] | None,
     flags: set[str] | None = None,
+    task: str = "embed",
 ) -> dict[str, Any]:
-    """The worker's load command for peer ``name``."""
+    """The worker's load command for peer ``name``; ``task`` "score" loads a ``CrossEncoder``."""
     peer = ST_PEERS[name]
     command: dict[str, Any] = {
         "cmd": "load",
@@ -112,6 +113,7 @@ def load_command(
         "threads": threads,
         "batch_size": batch_size,
         "cache_dir": str(model_cache_dir(model)),
+        "task": task,
     }
     if peer.precision_hint is not None:
         command["precision_hint"] = peer.precision_hint
@@ -182,16 +184,16 @@ class StWorker:
 
 
 class StPeerSystem:
-    """A loaded worker as a ``benchmarks.interleave.System``: the texts go to it once as a JSON file, each
-    pass is timed inside the worker, embeddings come back as .npy files."""
+    """A loaded worker as a ``benchmarks.interleave.System``: the texts (a cross-encoder's pairs) go to it once
+    as a JSON file, each pass is timed inside the worker, embeddings (scores) come back as .npy files."""
 
-    def __init__(self, worker: StWorker, label: str, texts: list[str], workdir: Path) -> None:
+    def __init__(self, worker: StWorker, label: str, texts: list[Any], workdir: Path) -> None:
         self.worker, self.label, self.dtype = worker, label, "float32"
         self.workdir = workdir
         self.texts_file = self._write_texts(texts, "timed")
         self._kept = workdir / f"{worker.name}-timed.npy"
 
-    def _write_texts(self, texts: list[str], name: str) -> str:
+    def _write_texts(self, texts: list[Any], name: str) -> str:
         path = self.workdir / f"{self.worker.name}-{name}.json"
         path.write_text(json.dumps(texts), encoding="utf-8")
         return str(path)
@@ -214,23 +216,26 @@ class StPeerSystem:
 def start(
     names: list[str],
     model: str,
-    texts: list[str],
+    texts: list[Any],
     threads: int,
     batch_size: int,
     calibration: dict[str, Any] | None,
     workdir: Path | None = None,
     load_failures: list[str] | None = None,
+    task: str = "embed",
 ) -> list[StPeerSystem]:
     """One loaded worker per name, loaded one after another (two workers of a venv share an export folder, so
     they never export at the same time). Close them with ``close``. ``load_failures``: a peer that cannot
-    load (export) the model is left out and one line saying why is appended here (else it raises)."""
+    load (export) the model is left out and one line saying why is appended here (else it raises).
+    ``task`` "score": ``model`` is a cross-encoder and ``texts`` its ``(query, document)`` pairs."""
     workdir = workdir or Path(tempfile.mkdtemp(prefix="wde-bench-st-"))
     systems: list[StPeerSystem] = []
     try:
         for name in names:
             worker = StWorker(name, threads, workdir)
             try:
-                answer = worker.request(load_command(name, model, threads, batch_size, calibration))
+                command = load_command(name, model, threads, batch_size, calibration, task=task)
+                answer = worker.request(command)
             except Exception as e:
                 worker.close()
                 if load_failures is None:

@@ -12,12 +12,14 @@ Protocol: one JSON object per line on stdin, one JSON answer per line on stdout 
 start, the answers use a private copy of the original stdout). Commands:
 
 - ``{"cmd": "load", "model": DIR, "backend": "onnx"|"openvino", "int8": bool, "threads": N, "batch_size": N,
-  "cache_dir": DIR, "onnx_config": "avx512_vnni"|"avx512"|"avx2"|"arm64"|null, "calibration": null | {"dir":
-  DIR, "key": STR, "num_samples": N}}``: exports (once; the exports are kept under ``cache_dir``) and loads
-  the model; answers ``label``, ``file`` (the model file loaded) and ``versions``.
+  "cache_dir": DIR, "task": "embed"|"score" (default embed), "onnx_config": "avx512_vnni"|"avx512"|"avx2"|
+  "arm64"|null, "calibration": null | {"dir": DIR, "key": STR, "num_samples": N}}``: exports (once; the exports
+  are kept under ``cache_dir``) and loads the model, a ``SentenceTransformer`` (embed) or a ``CrossEncoder``
+  (score); answers ``label``, ``file`` (the model file loaded) and ``versions``.
 - ``{"cmd": "time", "texts": FILE, "out": FILE.npy | null}``: one ``encode`` pass over the JSON list of texts
-  in FILE; answers ``seconds`` (measured here, so the pipe costs nothing) and writes the embeddings to
-  ``out``.
+  in FILE (a ``CrossEncoder``: one ``predict`` pass over a JSON list of ``[query, document]`` pairs, scores
+  ``[num_pairs, 1]``); answers ``seconds`` (measured here, so the pipe costs nothing) and writes the
+  embeddings (scores) to ``out``.
 - ``{"cmd": "embed", "texts": FILE, "out": FILE.npy}``: embeds the texts, untimed, into ``out``.
 - ``{"cmd": "quit"}``: answers and exits.
 
@@ -26,7 +28,8 @@ never written): the float32 export that ``SentenceTransformer(..., backend=...)`
 ``save_pretrained``; ONNX int8 with ``export_dynamic_quantized_onnx_model`` and the ISA config the parent
 picked from the CPU flags; OpenVINO int8 with ``export_static_quantized_openvino_model``, whose calibration
 set is read from a local folder holding one ``calibration.jsonl`` (``{"text": ...}`` lines the parent wrote;
-that function's default calibration set is a download). Threads: ``torch.set_num_threads``, ONNX Runtime's
+that function's default calibration set is a download; a ``CrossEncoder`` is calibrated on the same single
+texts, the one column that function takes). Threads: ``torch.set_num_threads``, ONNX Runtime's
 intra-op threads (``session_options``) and OpenVINO's ``INFERENCE_NUM_THREADS`` (``ov_config``), all from
 ``threads``.
 """
@@ -43,6 +46,7 @@ from pathlib import Path
 from typing import Any, Literal, TextIO, cast
 
 BACKENDS = ("onnx", "openvino")
+TASKS = ("embed", "score")  # SentenceTransformer.encode, CrossEncoder.predict
 ONNX_CONFIGS = ("arm64", "avx2", "avx512", "avx512_vnni")
 # the keys each command needs, with their JSON types
 COMMANDS: dict[str, dict[str, tuple[type, ...]]] = {
@@ -103,6 +107,8 @@ def parse_command(line: str) -> dict[str, Any]:
 def _check_load(command: dict[str, Any]) -> None:
     if command["backend"] not in BACKENDS:
         raise ProtocolError(f"load: backend must be one of {BACKENDS}, got {command['backend']!r}")
+    if command.get("task", "embed") not in TASKS:
+        raise ProtocolError(f"load: task must be one of {TASKS}, got {command['task']!r}")
     if command["threads"] < 1 or command["batch_size"] < 1:
         raise ProtocolError("load: threads and batch_size must be at least 1")
     if command.get("precision_hint") not in (None, "f32", "bf16", "f16"):
@@ -180,6 +186,7 @@ class Worker:
 
     def __init__(self) -> None:
         self.model: Any = None
+        self.task = "embed"
         self.batch_size = 32
         self.texts: dict[str, list[str]] = {}
 
@@ -198,12 +205,13 @@ class Worker:
 
         torch.set_num_threads(command["threads"])
         backend, threads = command["backend"], command["threads"]
+        self.task = command.get("task", "embed")
         folder = export_folder(Path(command["cache_dir"]), backend, st_version)
         copy_model(Path(command["model"]), folder)
         file = self._ensure_base_export(folder, backend)
         if command["int8"]:
             file = self._ensure_int8_export(folder, command)
-        self.model = _load(folder, backend, file, threads, command.get("precision_hint"))
+        self.model = _load(self.task, folder, backend, file, threads, command.get("precision_hint"))
         self.batch_size = command["batch_size"]
         versions = _versions(backend)
         return {"label": _label(command, versions), "file": str(folder / file), "versions": versions}
@@ -211,11 +219,8 @@ class Worker:
     def _ensure_base_export(self, folder: Path, backend: str) -> str:
         file = BASE_FILES[backend]
         if file not in finished_exports(folder):
-            from sentence_transformers import SentenceTransformer
-
-            model = SentenceTransformer(
-                str(folder), backend=cast(STBackend, backend), device="cpu"
-            )  # exports on load
+            model_class = _model_class(self.task)
+            model = model_class(str(folder), backend=cast(STBackend, backend), device="cpu")  # exports on load
             model.save_pretrained(str(folder))
             mark_exported(folder, file)
         return file
@@ -226,7 +231,7 @@ class Worker:
         if file in finished_exports(folder):
             return file
         # quantization changes the loaded model in place: this one is thrown away, the export is loaded anew
-        base = _load(folder, backend, BASE_FILES[backend], command["threads"])
+        base = _load(self.task, folder, backend, BASE_FILES[backend], command["threads"])
         if backend == "onnx":
             from sentence_transformers.backend import export_dynamic_quantized_onnx_model
 
@@ -237,12 +242,17 @@ class Worker:
         mark_exported(folder, file)
         return file
 
-    def _texts(self, path: str) -> list[str]:
+    def _texts(self, path: str) -> list[Any]:
+        """The texts (or ``(query, document)`` pairs) of a JSON file, read once."""
         if path not in self.texts:
-            self.texts[path] = json.loads(Path(path).read_text(encoding="utf-8"))
+            inputs = json.loads(Path(path).read_text(encoding="utf-8"))
+            self.texts[path] = [tuple(pair) for pair in inputs] if self.task == "score" else inputs
         return self.texts[path]
 
-    def _encode(self, texts: list[str]) -> Any:
+    def _encode(self, texts: list[Any]) -> Any:
+        if self.task == "score":  # [num_pairs, 1], as the parent's CrossEncoder.predict reference
+            scores = self.model.predict(texts, batch_size=self.batch_size, convert_to_numpy=True)
+            return scores.reshape(-1, 1)
         return self.model.encode(texts, batch_size=self.batch_size, convert_to_numpy=True)
 
     def time(self, texts_path: str, out: str | None) -> dict[str, Any]:
@@ -260,9 +270,15 @@ class Worker:
         return {"num_texts": len(embeddings)}
 
 
-def _load(folder: Path, backend: str, file: str, threads: int, precision_hint: str | None = None) -> Any:
-    from sentence_transformers import SentenceTransformer
+def _model_class(task: str) -> Any:
+    from sentence_transformers import CrossEncoder, SentenceTransformer
 
+    return CrossEncoder if task == "score" else SentenceTransformer
+
+
+def _load(
+    task: str, folder: Path, backend: str, file: str, threads: int, precision_hint: str | None = None
+) -> Any:
     if backend == "onnx":
         import onnxruntime
 
@@ -275,9 +291,8 @@ def _load(folder: Path, backend: str, file: str, threads: int, precision_hint: s
         if precision_hint is not None:
             ov_config["INFERENCE_PRECISION_HINT"] = precision_hint
         kwargs = {"file_name": file, "ov_config": ov_config}
-    return SentenceTransformer(
-        str(folder), backend=cast(STBackend, backend), device="cpu", model_kwargs=kwargs
-    )
+    model_class = _model_class(task)
+    return model_class(str(folder), backend=cast(STBackend, backend), device="cpu", model_kwargs=kwargs)
 
 
 def _export_static_openvino(base: Any, folder: Path, suffix: str, calibration: dict[str, Any]) -> None:
@@ -316,6 +331,8 @@ def _versions(backend: str) -> dict[str, str]:
 
 def _label(command: dict[str, Any], versions: dict[str, str]) -> str:
     st = f"ST {versions.get('sentence-transformers', '?')}"
+    if command.get("task") == "score":
+        st += " CrossEncoder"
     if command["backend"] == "onnx":
         engine = f"ONNX Runtime {versions.get('onnxruntime', '?')}"
         precision = f"int8 (dynamic, {command['onnx_config']})" if command["int8"] else "float32"

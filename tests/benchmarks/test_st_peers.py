@@ -38,6 +38,7 @@ def test_parse_command_accepts_each_command() -> None:
     assert parse_command(line({"cmd": "time", "texts": "t.json", "out": None}))["cmd"] == "time"
     assert parse_command(line({"cmd": "embed", "texts": "t.json", "out": "e.npy"}))["out"] == "e.npy"
     assert parse_command(line({"cmd": "quit"})) == {"cmd": "quit"}
+    assert parse_command(line({**LOAD, "task": "score"}))["task"] == "score"  # a CrossEncoder
 
 
 @pytest.mark.parametrize(
@@ -50,6 +51,7 @@ def test_parse_command_accepts_each_command() -> None:
         (json.dumps({**LOAD, "threads": True}), "'threads' must be int"),
         (json.dumps({**LOAD, "backend": "tensorrt"}), "backend must be one of"),
         (json.dumps({**LOAD, "threads": 0}), "at least 1"),
+        (json.dumps({**LOAD, "task": "classify"}), "task must be one of"),
         (json.dumps({**LOAD, "int8": True}), "needs onnx_config"),
         (json.dumps({**LOAD, "backend": "openvino", "int8": True}), "needs calibration"),
         (json.dumps({"cmd": "embed", "texts": "t.json"}), "'out' must be str"),
@@ -163,6 +165,22 @@ def test_load_commands_parse(tmp_path: Path) -> None:
     assert st_peers.load_command("st-openvino-int8-f32", str(tmp_path), 2, 32, calibration)["int8"] is True
     with pytest.raises(ProtocolError, match="precision_hint must be"):
         parse_command(line({**LOAD, "precision_hint": "int4"}))
+    assert st_peers.load_command("st-onnx", str(tmp_path), 2, 32, None, flags=vnni)["task"] == "embed"
+    scoring = st_peers.load_command("st-openvino", str(tmp_path), 2, 32, None, flags=vnni, task="score")
+    assert parse_command(line(scoring))["task"] == "score"
+
+
+def test_a_cross_encoder_worker_reads_pairs_and_says_so_in_its_label(tmp_path: Path) -> None:
+    """The pairs file's JSON lists come back as (query, document) tuples, as ``CrossEncoder.predict`` takes
+    them; the row label names the CrossEncoder."""
+    pairs = tmp_path / "pairs.json"
+    pairs.write_text(json.dumps([["what is zstd", "a compressor"], ["vim", "an editor"]]))
+    worker = st_backend.Worker()
+    worker.task = "score"
+    assert worker._texts(str(pairs)) == [("what is zstd", "a compressor"), ("vim", "an editor")]
+    versions = {"sentence-transformers": "6.2.0", "openvino": "2026.4"}
+    label = st_backend._label({**LOAD, "backend": "openvino", "task": "score"}, versions)
+    assert label == "ST 6.2.0 CrossEncoder OpenVINO 2026.4 float32 (default precision hint) (batch 32)"
 
 
 @pytest.mark.parametrize(
