@@ -4,7 +4,8 @@ XLM-R large encoder, a BERT-base cross-encoder, Qwen3-Embedding-0.6B and Embeddi
 layers), every system: sentence-transformers float32 (the baseline and the reference), the st-* peers
 (ONNX Runtime float32 and dynamic int8, OpenVINO f32, default precision and static int8:
 ``benchmarks.st_peers``, a cross-encoder's through ``CrossEncoder(backend=...)``; the shapes a peer's
-backend cannot load say so in one line: the decoders have OpenVINO's only), wde float32, int8 and, where the CPU computes it natively, bfloat16.
+backend cannot load say so in one line: the decoders have OpenVINO's only), wde float32, int8 and, where
+the CPU computes it natively, bfloat16.
 
 Per shape, every system stays loaded and is timed interleaved with the others
 (``benchmarks.offline.time_rows``: one warm-up round, then ``--repeats``). The table gives tokens/s (median,

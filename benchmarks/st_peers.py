@@ -184,8 +184,8 @@ class StWorker:
 
 
 class StPeerSystem:
-    """A loaded worker as a ``benchmarks.interleave.System``: the texts (a cross-encoder's pairs) go to it once
-    as a JSON file, each pass is timed inside the worker, embeddings (scores) come back as .npy files."""
+    """A loaded worker as a ``benchmarks.interleave.System``: the texts (a cross-encoder's pairs) go to it
+    once as a JSON file, each pass is timed inside the worker, embeddings (scores) come back as .npy files."""
 
     def __init__(self, worker: StWorker, label: str, texts: list[Any], workdir: Path) -> None:
         self.worker, self.label, self.dtype = worker, label, "float32"

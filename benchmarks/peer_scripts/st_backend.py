@@ -13,9 +13,9 @@ start, the answers use a private copy of the original stdout). Commands:
 
 - ``{"cmd": "load", "model": DIR, "backend": "onnx"|"openvino", "int8": bool, "threads": N, "batch_size": N,
   "cache_dir": DIR, "task": "embed"|"score" (default embed), "onnx_config": "avx512_vnni"|"avx512"|"avx2"|
-  "arm64"|null, "calibration": null | {"dir": DIR, "key": STR, "num_samples": N}}``: exports (once; the exports
-  are kept under ``cache_dir``) and loads the model, a ``SentenceTransformer`` (embed) or a ``CrossEncoder``
-  (score); answers ``label``, ``file`` (the model file loaded) and ``versions``.
+  "arm64"|null, "calibration": null | {"dir": DIR, "key": STR, "num_samples": N}}``: exports (once; the
+  exports are kept under ``cache_dir``) and loads the model, a ``SentenceTransformer`` (embed) or a
+  ``CrossEncoder`` (score); answers ``label``, ``file`` (the model file loaded) and ``versions``.
 - ``{"cmd": "time", "texts": FILE, "out": FILE.npy | null}``: one ``encode`` pass over the JSON list of texts
   in FILE (a ``CrossEncoder``: one ``predict`` pass over a JSON list of ``[query, document]`` pairs, scores
   ``[num_pairs, 1]``); answers ``seconds`` (measured here, so the pipe costs nothing) and writes the
@@ -220,7 +220,8 @@ class Worker:
         file = BASE_FILES[backend]
         if file not in finished_exports(folder):
             model_class = _model_class(self.task)
-            model = model_class(str(folder), backend=cast(STBackend, backend), device="cpu")  # exports on load
+            # exports on load
+            model = model_class(str(folder), backend=cast(STBackend, backend), device="cpu")
             model.save_pretrained(str(folder))
             mark_exported(folder, file)
         return file
