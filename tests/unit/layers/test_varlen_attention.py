@@ -16,6 +16,7 @@ from collections.abc import Iterator
 import pytest
 import torch
 
+from tests.unit.layers.attention_oracle import float64_attention
 from wde.layers.attention.backends import varlen_kernel
 from wde.layers.attention.backends.naive import NaiveBackend
 from wde.layers.attention.spec import AttentionSpec
@@ -53,16 +54,6 @@ def _kernel(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, seq_lens: list[in
     return varlen_kernel.varlen_attention(q, k, v, starts, varlen_kernel.work_order(seq_lens), scale)
 
 
-def _float64_oracle(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, seq_lens: list[int], scale: float):
-    outputs, start = [], 0
-    for n in seq_lens:
-        qs, ks, vs = (t[start : start + n].double().transpose(0, 1) for t in (q, k, v))  # [heads, n, d]
-        attended = torch.nn.functional.scaled_dot_product_attention(qs, ks, vs, scale=scale)
-        outputs.append(attended.transpose(0, 1))
-        start += n
-    return torch.cat(outputs)
-
-
 @pytest.mark.parametrize("head_size", _chosen_head_sizes())
 def test_kernel_matches_naive_on_fused_qkv_views(head_size: int) -> None:
     torch.manual_seed(head_size)
@@ -80,7 +71,7 @@ def test_kernel_error_on_large_scores_is_naive_class(head_size: int) -> None:
     qkv = torch.randn(sum(SEQ_LENS), 3, 4, head_size) * 2
     q, k, v = qkv.unbind(1)
     spec = AttentionSpec(num_heads=4, head_size=head_size)
-    oracle = _float64_oracle(q, k, v, SEQ_LENS, spec.scale)
+    oracle = float64_attention(q, k, v, SEQ_LENS, spec.scale)
     naive_error = (_naive(spec, q, k, v, SEQ_LENS).double() - oracle).abs().max().item()
     kernel_error = (_kernel(q, k, v, SEQ_LENS, spec.scale).double() - oracle).abs().max().item()
     assert kernel_error <= 1.5 * naive_error + 1e-6, (kernel_error, naive_error)

@@ -21,6 +21,7 @@ from collections.abc import Iterator
 import pytest
 import torch
 
+from tests.unit.layers.attention_oracle import float64_attention
 from wde.layers.attention.backends import varlen_kernel
 from wde.layers.attention.backends.varlen_cpu import VarlenCpuBackend
 from wde.layers.attention.layer import Attention, bind_attention_backend
@@ -59,17 +60,7 @@ def _kernel(
 
 
 def _oracle(q, k, v, seq_lens: list[int], scale: float, bias=None) -> torch.Tensor:
-    """float64, per sequence; grouped kv heads repeated; ``bias`` [heads, L, L] by position within it."""
-    per_kv = q.shape[1] // k.shape[1]
-    outputs, start = [], 0
-    for n in seq_lens:
-        qs = q[start : start + n].double().transpose(0, 1)  # [heads, n, d]
-        ks, vs = (t[start : start + n].double().repeat_interleave(per_kv, 1).transpose(0, 1) for t in (k, v))
-        mask = None if bias is None else bias[:, :n, :n].double()
-        attended = torch.nn.functional.scaled_dot_product_attention(qs, ks, vs, attn_mask=mask, scale=scale)
-        outputs.append(attended.transpose(0, 1))
-        start += n
-    return torch.cat(outputs).float()
+    return float64_attention(q, k, v, seq_lens, scale, bias).float()
 
 
 def _assert_close_to_oracle(out: torch.Tensor, oracle: torch.Tensor) -> None:
