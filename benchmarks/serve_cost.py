@@ -15,6 +15,10 @@ whole forward); "all" sums every process, and "/ single" divides it by the singl
 same concurrency. Before measuring, 64 texts are embedded one per request by every server and compared with
 the single-process server's answers (max |difference|). The load generator (aiohttp, one process by
 default) shares the machine: it lowers requests/s, not a server's CPU per request.
+
+``--per-thread`` adds a table of each process's threads (their OS names: ``main`` for the process's first
+thread, the API workers' event loop; wde names its own threads, ``wde/thread_names.py``; a pool's threads and
+ZMQ's I/O threads summed by name), CPU-µs per request, medians: where the split's extra CPU goes.
 """
 
 from __future__ import annotations
@@ -37,7 +41,7 @@ from benchmarks.cpu_info import cpu_flags, cpu_model, isa_flags
 from benchmarks.dataset import load_texts, shared_data_path
 from benchmarks.http_load import drive_in_processes
 from benchmarks.subprocess_server import free_port, serving
-from server.observability.process_cpu import cpu_seconds_of
+from server.observability.process_cpu import CLOCK_TICKS, cpu_seconds_of
 
 STARTUP_TIMEOUT_S = 300.0
 NUM_CHECKED = 64  # texts each server embeds one per request, compared with the single-process server's
@@ -47,6 +51,7 @@ SINGLE = 1  # --api-workers of the single-process server
 ENGINE_ROLES = ("server", "engine")  # the process that runs the forward
 # the columns: "api" sums the API workers (each request passes one: the doors' CPU per request)
 ROLES = ("server", "supervisor", "engine", "api", "tokenize")
+THREAD_NUMBER = re.compile(r"[_/-]?\d+$")  # a pool's or ZMQ's thread number: wde-forward_0, ZMQbg/IO/0
 
 
 @dataclass
@@ -62,6 +67,8 @@ class Measure:
     cpu_us: dict[str, float]  # role -> CPU-µs per request (the API workers summed under "api")
     beside_forward_us: float  # the engine's (or single server's) CPU less the forward thread's
     num_errors: int
+    # (role, thread name) -> CPU-µs per request, with --per-thread (the API workers' summed under "api")
+    thread_us: dict[tuple[str, str], float] = field(default_factory=dict)
 
     @property
     def all_us(self) -> float:
@@ -83,11 +90,31 @@ class Row:
     def has_role(self, role: str) -> bool:
         return any(role in run.cpu_us for run in self.runs)
 
+    def median_threads(self) -> dict[tuple[str, str], float]:
+        keys = {key for run in self.runs for key in run.thread_us}
+        return {key: statistics.median(run.thread_us.get(key, 0.0) for run in self.runs) for key in keys}
+
 
 def cpu_seconds(pid: int) -> float:
     seconds = cpu_seconds_of(pid)
     if seconds is None:
         raise RuntimeError(f"cannot read /proc/{pid}/stat: the server's process ended")
+    return seconds
+
+
+def thread_cpu_seconds(pid: int) -> dict[str, float]:
+    """CPU seconds of each of a process's threads by OS name (``/proc/PID/task``): ``main`` for its first
+    thread, the threads of a pool (``wde-forward_0``) or ZMQ's I/O threads (``ZMQbg/IO/0``) summed under
+    their name less the number."""
+    seconds: dict[str, float] = {}
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        try:
+            comm = (task / "comm").read_text().strip()
+            fields = (task / "stat").read_text().rpartition(")")[2].split()
+        except OSError:  # the thread ended meanwhile
+            continue
+        name = "main" if task.name == str(pid) else THREAD_NUMBER.sub("", comm)
+        seconds[name] = seconds.get(name, 0.0) + (int(fields[11]) + int(fields[12])) / CLOCK_TICKS
     return seconds
 
 
@@ -120,9 +147,12 @@ def forward_cpu_seconds(url: str) -> float:
     return sum(float(value) for value in FORWARD_CPU.findall(text))
 
 
-def measure(server: Server, texts: list[str], concurrency: int, client_processes: int) -> Measure:
+def measure(
+    server: Server, texts: list[str], concurrency: int, client_processes: int, per_thread: bool = False
+) -> Measure:
     tree = process_tree(server.pid)
     before = {pid: cpu_seconds(pid) for pid in tree}
+    threads_before = {pid: thread_cpu_seconds(pid) for pid in tree} if per_thread else {}
     forward_before = forward_cpu_seconds(server.url)
     result = drive_in_processes(server.url, texts, concurrency, client_processes)
     forward = forward_cpu_seconds(server.url) - forward_before
@@ -130,15 +160,25 @@ def measure(server: Server, texts: list[str], concurrency: int, client_processes
     num = result.num_requests
     cpu_us: dict[str, float] = {}
     for pid, seconds in spent.items():
-        role = re.sub(r"-\d+$", "", tree[pid])  # api-0, api-1 -> api
+        role = _role(tree[pid])
         cpu_us[role] = cpu_us.get(role, 0.0) + seconds / num * 1e6
+    thread_us: dict[tuple[str, str], float] = {}
+    for pid, threads in threads_before.items():
+        for name, seconds in thread_cpu_seconds(pid).items():
+            key = (_role(tree[pid]), name)
+            thread_us[key] = thread_us.get(key, 0.0) + (seconds - threads.get(name, 0.0)) / num * 1e6
     engine_role = next(role for role in ENGINE_ROLES if role in cpu_us)
     return Measure(
         requests_per_s=result.requests_per_s,
         cpu_us=cpu_us,
         beside_forward_us=cpu_us[engine_role] - forward / num * 1e6,
         num_errors=result.num_errors,
+        thread_us=thread_us,
     )
+
+
+def _role(process_role: str) -> str:
+    return re.sub(r"-\d+$", "", process_role)  # api-0, api-1 -> api
 
 
 def embed_one_by_one(url: str, texts: list[str]) -> np.ndarray:
@@ -185,6 +225,9 @@ def build_parser() -> argparse.ArgumentParser:
         "--repeats", type=int, default=1, help="interleaved runs of every row (medians shown)"
     )
     parser.add_argument("--client-processes", type=int, default=1, help="load-generator processes")
+    parser.add_argument(
+        "--per-thread", action="store_true", help="a second table: each process's threads' CPU-µs per request"
+    )
     return parser
 
 
@@ -215,7 +258,8 @@ def main(argv: list[str] | None = None) -> None:
         # 2. interleaved: each repeat runs every row once
         for _ in range(args.repeats):
             for row in rows.values():
-                measured = measure(servers[row.num_workers], texts, row.concurrency, args.client_processes)
+                server = servers[row.num_workers]
+                measured = measure(server, texts, row.concurrency, args.client_processes, args.per_thread)
                 row.runs.append(measured)
                 print(f"  --api-workers {row.num_workers} c{row.concurrency}: {measured}", file=sys.stderr)
     # 3. report
@@ -240,6 +284,24 @@ def main(argv: list[str] | None = None) -> None:
             f"| {row.median('beside_forward_us'):.0f} | {all_us:.0f} | {all_us / single:.2f}x "
             f"| {sum(run.num_errors for run in row.runs)} | {differences[row.num_workers]:.1e} |"
         )
+    if args.per_thread:
+        print("")
+        print("\n".join(thread_table(list(rows.values()))))
+
+
+def thread_table(rows: list[Row]) -> list[str]:
+    """Per server and concurrency, each process's threads that spent at least 1 CPU-µs a request (medians),
+    the largest first within a process."""
+    lines = [
+        "| --api-workers | concurrency | process | thread | CPU-µs per request |",
+        "|---|---|---|---|---|",
+    ]
+    for row in rows:
+        medians = row.median_threads()
+        for (role, name), us in sorted(medians.items(), key=lambda item: (item[0][0], -item[1])):
+            if us >= 1.0:
+                lines.append(f"| {row.num_workers} | {row.concurrency} | {role} | {name} | {us:.0f} |")
+    return lines
 
 
 if __name__ == "__main__":

@@ -69,6 +69,7 @@ from wde.entrypoints.output_precision import Calibration
 from wde.inputs import PoolingParams
 from wde.outputs import ErrorOutput, RequestMetrics
 from wde.request import Request, RequestStatus
+from wde.thread_names import name_os_thread
 from wde.tokenizer import Tokenizer
 
 logger = logging.getLogger("wde.server")
@@ -218,6 +219,7 @@ class EngineLink:
 
     # ---- the reader thread ------------------------------------------------------------------------------
     def _read(self) -> None:
+        name_os_thread()
         poller = zmq.Poller()
         poller.register(self._pull, zmq.POLLIN)
         if self._engine_alive is not None:
@@ -399,7 +401,9 @@ class RemoteEngineThread(EngineLifecycle):
             large_ids = {id(call) for call in large}
             calls = [call for call in calls if id(call) not in large_ids]
             if self._preparing_thread is None:
-                self._preparing_thread = ThreadPoolExecutor(1, thread_name_prefix="wde-prepare")
+                self._preparing_thread = ThreadPoolExecutor(
+                    1, thread_name_prefix="wde-prepare", initializer=name_os_thread
+                )
             for call in large:
                 self._preparing_thread.submit(self._prepare_off_loop, call)
         self._send(calls)

@@ -71,6 +71,7 @@ from wde.entrypoints.engine_thread import Call, EngineState, EngineUnavailableEr
 from wde.entrypoints.output_precision import Calibration
 from wde.inputs import PoolingParams
 from wde.request import Request
+from wde.thread_names import name_os_thread
 
 logger = logging.getLogger("wde.server")
 
@@ -240,6 +241,7 @@ class EngineServer:
         """Log each model's ready line; a model that cannot load at start-up, or an engine that dies, ends
         the process with status 1 (after the workers heard the state). A model that fails to load later
         (--max-loaded-models) answers its queued requests 503 instead, as in a single-process server."""
+        name_os_thread()
         for engine in self._engines():
             try:
                 engine.wait_until_ready()
@@ -267,6 +269,7 @@ class EngineServer:
 
     # ---- messages in: the input thread ---------------------------------------------------------------------
     def _receive(self) -> None:
+        name_os_thread()
         while self._receiving:
             if not self.inbox.poll(POLL_MS):
                 continue
@@ -368,6 +371,7 @@ class EngineServer:
     def _send(self) -> None:
         """Send what is queued (failed calls, one message per worker for all that is waiting); the engines'
         state when it changed and at least once a second, looked at every 0.1 s."""
+        name_os_thread()
         while True:
             try:
                 items = [self._outgoing.get(timeout=STATE_INTERVAL)]

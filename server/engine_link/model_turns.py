@@ -22,6 +22,7 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 from server.served_models.model_registry import ModelRegistry
+from wde.thread_names import name_os_thread
 
 if TYPE_CHECKING:
     from server.engine_link.engine_process import LinkedCall
@@ -58,6 +59,7 @@ class ModelTurns:
         self.loop.call_soon_threadsafe(self._start_turns, model_index, calls)
 
     def _run(self) -> None:
+        name_os_thread()
         asyncio.set_event_loop(self.loop)
         self.loop.run_forever()
 

@@ -17,6 +17,7 @@ from typing import Protocol
 
 from wde.entrypoints.async_llm_engine import AsyncLLMEngine
 from wde.entrypoints.engine_thread import EngineState
+from wde.thread_names import name_os_thread
 
 logger = logging.getLogger("wde.server")
 
@@ -53,6 +54,7 @@ class EngineMonitor:
         self._thread.start()
 
     def _watch(self) -> None:
+        name_os_thread()
         try:
             self.engine.wait_until_ready()
         except Exception:  # failed to load or stopped while loading: serve() reports that itself

@@ -13,6 +13,7 @@ from typing import Any, Protocol
 from wde.engine.culprit_search import CulpritSearch
 from wde.engine.forward_clock import ForwardClock
 from wde.request import Request
+from wde.thread_names import name_os_thread
 
 
 class ModelRunner(Protocol):
@@ -105,7 +106,9 @@ class AsyncExecutor(Executor):
     def __init__(self, runner: ModelRunner, max_in_flight: int = 2) -> None:
         super().__init__(runner)
         self.max_in_flight = max_in_flight
-        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="wde-forward")
+        self._pool = ThreadPoolExecutor(
+            max_workers=1, thread_name_prefix="wde-forward", initializer=name_os_thread
+        )
         self._in_flight: deque[Future[BatchResult]] = deque()
 
     def has_in_flight(self) -> bool:

@@ -15,6 +15,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Protocol
 
 from wde.platforms.cores import usable_cores
+from wde.thread_names import name_os_thread
 from wde.tokenizer import TextInput, TokenizedInput, Tokenizer, Truncation
 
 # One request's tokenizer input: the text (or pair) with its prompt or template, and how it is cut (None: to
@@ -90,7 +91,9 @@ class TokenizerPool:
             raise ValueError(f"tokenizer_workers ({num_workers}) must be >= 1")
         self.num_workers = num_workers
         self.tokenizer = tokenizer
-        self._pool = ThreadPoolExecutor(num_workers, thread_name_prefix="wde-tokenize")
+        self._pool = ThreadPoolExecutor(
+            num_workers, thread_name_prefix="wde-tokenize", initializer=name_os_thread
+        )
 
     def submit(self, inputs: Sequence[TokenizerInput]) -> Chunk:
         """Start encoding ``inputs``, one slice per thread (at least ``MIN_SLICE`` inputs each)."""

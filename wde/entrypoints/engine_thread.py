@@ -30,6 +30,7 @@ from wde.engine.llm_engine import LLMEngine
 from wde.engine.stats import StepStats
 from wde.outputs import RequestOutput
 from wde.request import PRIORITY_INTERACTIVE, Request, submission_priority
+from wde.thread_names import name_os_thread
 
 logger = logging.getLogger(__name__)
 
@@ -283,6 +284,7 @@ class EngineThread(EngineLifecycle):
 
     # ---- engine thread ------------------------------------------------------------------------------
     def _run(self) -> None:
+        name_os_thread()
         # 1. build the engine (LOADING -> READY)
         engine = self._load()
         if engine is None:
