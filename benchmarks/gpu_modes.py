@@ -2,7 +2,8 @@
 bfloat16, on the bundled all-MiniLM-L6-v2 and on randomly initialized BERT-base and BERT-large models
 (``benchmarks.random_bert``, written to a temporary directory), next to sentence-transformers on the same
 device; first the HTTP server (one text per request at concurrency 64 and 256, 32 texts per request at 64,
-the load from several client processes) against in-process encode, then the decoder tables
+the load from several client processes) against in-process encode, with the CPU a request costs each
+process and the threads that kept a core busy, then the decoder tables
 (``benchmarks.gpu_decoders``: random Qwen3 decoders, fused kernels and fp8), then the encoders'.
 
     python -m benchmarks.gpu_modes                       # a CUDA machine: the full tables (minutes)
@@ -23,6 +24,7 @@ import argparse
 import os
 import tempfile
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from benchmarks import gpu_decoders
 from benchmarks.dataset import load_texts, shared_data_path
@@ -31,6 +33,9 @@ from benchmarks.gpu_runs import (
 )
 from benchmarks.gpu_tables import Budget, ModelTable, Row, format_table, measured_row, one_line, peer_rows
 from benchmarks.random_bert import count_matmul_params, write_random_bert
+
+if TYPE_CHECKING:
+    from benchmarks.serve_cost import Measure
 
 MODES = ("none", "eager", "lazy", "idle")
 SERVER_CONCURRENCIES = (64, 256)
@@ -273,9 +278,12 @@ def _issue_36_lines(table: ModelTable, ours: list[Row], peak: float | None) -> l
 
 def server_lines(queries: list[str], args: argparse.Namespace, budget: Budget) -> list[str]:
     """wde serve (bundled model, the first dtype): one text per request at concurrency 64 and 256, then 32
-    texts per request at 64; the load from ``--client-processes`` processes."""
+    texts per request at 64; the load from ``--client-processes`` processes. Beside each row, the CPU a
+    request costs the engine process (``server`` with one process; also less the forward thread's) and the
+    API workers (``benchmarks.serve_cost``), then the threads that kept a core busy: what caps the row."""
     from benchmarks.http_load import drive_in_processes
-    from benchmarks.server_load import WARMUP_REQUESTS, in_process_texts_per_s, served
+    from benchmarks.serve_cost import Server, measure
+    from benchmarks.server_load import WARMUP_REQUESTS, in_process_texts_per_s, served_process
 
     dtype = args.dtypes[0]
     num_processes = args.client_processes or max(1, min(4, (os.cpu_count() or 1) // 4))
@@ -293,9 +301,11 @@ def server_lines(queries: list[str], args: argparse.Namespace, budget: Budget) -
         f"in-process LLM.encode: {texts_per_s:,.0f} texts/s (queries.jsonl)",
         "",
         "| API workers | texts per request | concurrency | requests | requests/s | texts/s | p50 ms | p99 ms "
-        "| errors | vs in-process |",
-        "|---|---|---|---|---|---|---|---|---|---|",
+        "| errors | vs in-process | engine process CPU-µs / request (beside forward) | API workers CPU-µs / "
+        "request |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
+    busy: list[str] = []  # the threads' lines, after the table
     loads = [(1, concurrency, singles) for concurrency in SERVER_CONCURRENCIES]
     loads.append((TEXTS_PER_BATCHED_REQUEST, SERVER_CONCURRENCIES[0], batches))
     for num_workers in args.api_workers:
@@ -303,22 +313,43 @@ def server_lines(queries: list[str], args: argparse.Namespace, budget: Budget) -
             lines.append(f"| {num_workers} | {budget.skip_note()} |")
             continue
         serve_args = ["--device", args.device, "--api-workers", str(num_workers)]
-        with served(args.minilm, dtype, serve_args) as url:
+        with served_process(args.minilm, dtype, serve_args) as (url, pid):
             drive_in_processes(url, singles[:WARMUP_REQUESTS], SERVER_CONCURRENCIES[0], 1)  # warm-up
             for per_request, concurrency, items in loads:
                 if budget.spent():
                     lines.append(f"| {num_workers} | {per_request} | {concurrency} | {budget.skip_note()} |")
                     continue
-                result = drive_in_processes(url, items, concurrency, num_processes)
+                measured = measure(Server(num_workers, url, pid), items, concurrency, num_processes, True)
+                result = measured.load
+                assert result is not None  # measure keeps its load's result
                 served_texts_per_s = result.requests_per_s * per_request
+                engine_us = measured.cpu_us.get("engine", measured.cpu_us.get("server", 0.0))
+                api_us = f"{measured.cpu_us['api']:.0f}" if "api" in measured.cpu_us else "-"
                 lines.append(
                     f"| {num_workers} | {per_request} | {concurrency} | {result.num_requests} "
                     f"| {result.requests_per_s:,.0f} | {served_texts_per_s:,.0f} "
                     f"| {result.percentile_ms(50):.1f} | {result.percentile_ms(99):.1f} "
                     f"| {result.num_errors} "
-                    f"| {served_texts_per_s / texts_per_s:.0%} |"
+                    f"| {served_texts_per_s / texts_per_s:.0%} "
+                    f"| {engine_us:.0f} ({measured.beside_forward_us:.0f}) | {api_us} |"
                 )
-    return [*lines, ""]
+                busy.append(busy_threads_line(num_workers, per_request, concurrency, measured))
+    note = "Threads that kept a tenth of a core busy or more (CPU-µs a request x requests/s; per API worker)"
+    return [*lines, "", f"{note}:", "", *busy, ""]
+
+
+def busy_threads_line(num_workers: int, per_request: int, concurrency: int, measured: Measure) -> str:
+    """``- --api-workers N, T per request, concurrency C: engine/wde-engine 0.93, api/main 0.61, ...``: the
+    cores each thread kept busy, the largest first."""
+    rate = measured.requests_per_s
+    cores = {}
+    for (role, name), us in measured.thread_us.items():
+        share = us * rate / 1e6 / (num_workers if role == "api" else 1)
+        if share >= 0.1:
+            cores[f"{role}/{name}"] = share
+    ranked = sorted(cores.items(), key=lambda item: -item[1])
+    shown = ", ".join(f"{name} {share:.2f}" for name, share in ranked) or "none"
+    return f"- --api-workers {num_workers}, {per_request} per request, concurrency {concurrency}: {shown}"
 
 
 if __name__ == "__main__":

@@ -39,7 +39,7 @@ import numpy as np
 
 from benchmarks.cpu_info import cpu_flags, cpu_model, isa_flags
 from benchmarks.dataset import load_texts, shared_data_path
-from benchmarks.http_load import drive_in_processes
+from benchmarks.http_load import LoadResult, drive_in_processes
 from benchmarks.subprocess_server import free_port, serving
 from server.observability.process_cpu import CLOCK_TICKS, cpu_seconds_of
 
@@ -69,6 +69,7 @@ class Measure:
     num_errors: int
     # (role, thread name) -> CPU-µs per request, with --per-thread (the API workers' summed under "api")
     thread_us: dict[tuple[str, str], float] = field(default_factory=dict)
+    load: LoadResult | None = None  # the load generator's own figures (latencies)
 
     @property
     def all_us(self) -> float:
@@ -174,6 +175,7 @@ def measure(
         beside_forward_us=cpu_us[engine_role] - forward / num * 1e6,
         num_errors=result.num_errors,
         thread_us=thread_us,
+        load=result,
     )
 
 

@@ -38,12 +38,19 @@ WARMUP_REQUESTS = 64
 @contextmanager
 def served(model: str | None, dtype: str, extra_args: list[str]) -> Iterator[str]:
     """``wde serve`` in a subprocess until the block ends; yields its URL once /health answers 200."""
+    with served_process(model, dtype, extra_args) as (url, _pid):
+        yield url
+
+
+@contextmanager
+def served_process(model: str | None, dtype: str, extra_args: list[str]) -> Iterator[tuple[str, int]]:
+    """``served``, yielding (URL, the server's pid) for reading its processes' CPU time."""
     port = free_port()
     command = [sys.executable, "-m", "server.cli", "serve", *([model] if model else [])]
     command += ["--port", str(port), "--dtype", dtype, "--max-concurrent-requests", "4096", *extra_args]
     url = f"http://127.0.0.1:{port}"
-    with serving("wde serve", command, f"{url}/health", STARTUP_TIMEOUT_S):
-        yield url
+    with serving("wde serve", command, f"{url}/health", STARTUP_TIMEOUT_S) as process:
+        yield url, process.pid
 
 
 def in_process_texts_per_s(
