@@ -69,7 +69,7 @@ class Measure:
     num_errors: int
     # (role, thread name) -> CPU-µs per request, with --per-thread (the API workers' summed under "api")
     thread_us: dict[tuple[str, str], float] = field(default_factory=dict)
-    load: LoadResult | None = None  # the load generator's own figures (latencies)
+    load: LoadResult | None = field(default=None, repr=False)  # the load generator's own (latencies)
 
     @property
     def all_us(self) -> float:
