@@ -5,7 +5,8 @@ model (the selector's reason where one cannot)."""
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
@@ -79,3 +80,16 @@ def save_last_token_st(hf_dir: Path, path: Path, prompts: dict[str, str]) -> Pat
     pooling = Pooling(transformer.get_embedding_dimension(), "lasttoken")
     SentenceTransformer(modules=[transformer, pooling, Normalize()], prompts=prompts).save(str(path))
     return path
+
+
+@contextmanager
+def config_changed(path: Path, **changes: object) -> Iterator[None]:
+    """The model folder's config.json with ``changes`` inside the block, restored afterwards (a window, the
+    causal mask: the same weights run the other way)."""
+    config_path = path / "config.json"
+    original = config_path.read_text()
+    config_path.write_text(json.dumps({**json.loads(original), **changes}))
+    try:
+        yield
+    finally:
+        config_path.write_text(original)

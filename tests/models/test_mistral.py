@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -18,6 +17,7 @@ from tests.models.family_checks import (
     CPU_BACKEND_NAMES,
     assert_close_to_sentence_transformers,
     backend_refusal,
+    config_changed,
     hf_last_hidden,
     save_last_token_st,
 )
@@ -50,18 +50,6 @@ def token_ids_of(path: Path, seed: int) -> list[list[int]]:
         [1, *torch.randint(3, vocab_size, (max(length - 2, 0),), generator=generator).tolist(), 2][:length]
         for length in SEQ_LENS
     ]
-
-
-@contextmanager
-def config_changed(path: Path, **changes: object) -> Iterator[None]:
-    """config.json with ``changes`` inside the block, restored afterwards."""
-    config_path = path / "config.json"
-    original = config_path.read_text()
-    config_path.write_text(json.dumps({**json.loads(original), **changes}))
-    try:
-        yield
-    finally:
-        config_path.write_text(original)
 
 
 # ---- fixtures ----------------------------------------------------------------------------------------------

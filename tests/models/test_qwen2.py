@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
@@ -19,6 +18,7 @@ from tests.models.family_checks import (
     CPU_BACKEND_NAMES,
     assert_close_to_sentence_transformers,
     backend_refusal,
+    config_changed,
     hf_last_hidden,
     save_last_token_st,
 )
@@ -57,18 +57,6 @@ def token_ids_of(path: Path, seed: int) -> list[list[int]]:
         ]
         for length in SEQ_LENS
     ]
-
-
-@contextmanager
-def config_changed(path: Path, **changes: object) -> Iterator[None]:
-    """config.json with ``changes`` inside the block, restored afterwards."""
-    config_path = path / "config.json"
-    original = config_path.read_text()
-    config_path.write_text(json.dumps({**json.loads(original), **changes}))
-    try:
-        yield
-    finally:
-        config_path.write_text(original)
 
 
 # ---- fixtures ----------------------------------------------------------------------------------------------

@@ -14,7 +14,7 @@ import pytest
 import torch
 
 import wde
-from tests.models.family_checks import hf_last_hidden
+from tests.models.family_checks import config_changed, hf_last_hidden
 from tests.models.test_encoders import max_abs_diff, run_wde
 from tests.models.tiny_qwen3 import EOS, SEED, save_tiny_qwen3
 from wde.engine_args import EngineArgs
@@ -151,13 +151,8 @@ def test_sliding_window_changes_the_output(sliding_dir: Path) -> None:
     """The window is honoured, not ignored: full attention on the same weights differs past the window."""
     token_ids = random_token_ids(sliding_dir, seed=3)
     windowed, _ = run_wde(sliding_dir, token_ids, "naive")
-    config_path = sliding_dir / "config.json"
-    original = config_path.read_text()
-    try:
-        config_path.write_text(json.dumps({**json.loads(original), "use_sliding_window": False}))
+    with config_changed(sliding_dir, use_sliding_window=False):
         full, _ = run_wde(sliding_dir, token_ids, "naive")
-    finally:
-        config_path.write_text(original)
     assert max_abs_diff(windowed, full) >= MIN_WINDOW_EFFECT
 
 
