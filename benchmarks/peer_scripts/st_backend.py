@@ -188,7 +188,7 @@ class Worker:
         self.model: Any = None
         self.task = "embed"
         self.batch_size = 32
-        self.texts: dict[str, list[str]] = {}
+        self.texts: dict[str, list[Any]] = {}  # texts, or a cross-encoder's (query, document) pairs
 
     def handle(self, command: dict[str, Any]) -> dict[str, Any]:
         if command["cmd"] == "load":
