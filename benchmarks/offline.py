@@ -29,7 +29,6 @@ import functools
 import os
 import statistics
 import sys
-import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -132,33 +131,28 @@ def time_rows(
     reference), every one warmed up and timed interleaved, then each row's quality: cosine against the
     reference and, with ``rerank``, its ranking. ``announce`` gets the line naming the systems timed. The peer
     workers are closed before this returns. ``load_failures``: a peer that cannot load the model is left out
-    with a line here (else it raises: ``st_peers.start``)."""
-    with tempfile.TemporaryDirectory(prefix="wde-bench-st-") as workdir:
-        workers = st_peers.start(
-            peer_names,
-            model_path,
-            peer_options.texts,
-            peer_options.threads,
-            peer_options.batch_size,
-            peer_options.calibration,
-            Path(workdir),
-            load_failures,
+    with a line here (else it raises: ``st_peers.running``)."""
+    with st_peers.running(
+        peer_names,
+        model_path,
+        peer_options.texts,
+        peer_options.threads,
+        peer_options.batch_size,
+        peer_options.calibration,
+        load_failures,
+    ) as workers:
+        timed = [*systems, *workers]
+        announce(
+            f"# timed interleaved (one warm-up round, then {repeats} timed): "
+            + ", ".join(system.label for system in timed)
         )
-        try:
-            timed = [*systems, *workers]
-            announce(
-                f"# timed interleaved (one warm-up round, then {repeats} timed): "
-                + ", ".join(system.label for system in timed)
-            )
-            seconds = time_interleaved(timed, repeats, progress)
-            reference = timed[0].last_embeddings()
-            rows = []
-            for system, system_seconds in zip(timed, seconds, strict=True):
-                rerank_embeddings = system.embed(rerank.texts) if rerank else None
-                value = quality(system.last_embeddings(), reference, rerank_embeddings, rerank)
-                rows.append(timing(system.label, system.dtype, system_seconds, value))
-        finally:
-            st_peers.close(workers)
+        seconds = time_interleaved(timed, repeats, progress)
+        reference = timed[0].last_embeddings()
+        rows = []
+        for system, system_seconds in zip(timed, seconds, strict=True):
+            rerank_embeddings = system.embed(rerank.texts) if rerank else None
+            value = quality(system.last_embeddings(), reference, rerank_embeddings, rerank)
+            rows.append(timing(system.label, system.dtype, system_seconds, value))
     return rows
 
 

@@ -25,7 +25,6 @@ from __future__ import annotations
 import argparse
 import functools
 import platform
-import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from importlib.metadata import PackageNotFoundError, version
@@ -313,24 +312,13 @@ def _run_cross_encoder(
         wde_label = offline.wde_label(row.dtype, row.quantization).replace("LLM.encode", "LLM.score")
         systems.append(InProcessSystem(wde_label, row.dtype, functools.partial(_wde_scores, engine), pairs))
     failures: list[str] = []
-    with tempfile.TemporaryDirectory(prefix="wde-bench-st-") as workdir:
-        peers = st_peers.start(
-            shape_peers(shape, matrix.peer_names),
-            str(path),
-            list(pairs),
-            matrix.threads,
-            args.st_batch_size,
-            matrix.calibration,
-            Path(workdir),
-            failures,
-            task="score",
-        )
-        try:
-            timed = [*systems, *peers]
-            seconds = time_interleaved(timed, args.repeats, offline.progress)
-            scores = [system.last_embeddings() for system in timed]
-        finally:
-            st_peers.close(peers)
+    names, threads, calibration = shape_peers(shape, matrix.peer_names), matrix.threads, matrix.calibration
+    with st_peers.running(
+        names, str(path), list(pairs), threads, args.st_batch_size, calibration, failures, "score"
+    ) as peers:
+        timed = [*systems, *peers]
+        seconds = time_interleaved(timed, args.repeats, offline.progress)
+        scores = [system.last_embeddings() for system in timed]
     rows = [timing(system.label, system.dtype, s, None) for system, s in zip(timed, seconds, strict=True)]
     cells = [f"{np.abs(system_scores - scores[0]).max():.1e}" for system_scores in scores]
     return ShapeRun(pairs, *num_tokens_and_peak, rows, cells, "max abs score diff vs ST float32", failures)

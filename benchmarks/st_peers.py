@@ -22,6 +22,8 @@ import json
 import os
 import subprocess
 import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -247,6 +249,29 @@ def start(
         close(systems)
         raise
     return systems
+
+
+@contextmanager
+def running(
+    names: list[str],
+    model: str,
+    texts: list[Any],
+    threads: int,
+    batch_size: int,
+    calibration: dict[str, Any] | None,
+    load_failures: list[str] | None = None,
+    task: str = "embed",
+) -> Iterator[list[StPeerSystem]]:
+    """``start`` in a scratch folder of their own; the workers are closed and the folder removed when the
+    block ends (read their embeddings inside it)."""
+    with tempfile.TemporaryDirectory(prefix="wde-bench-st-") as workdir:
+        systems = start(
+            names, model, texts, threads, batch_size, calibration, Path(workdir), load_failures, task
+        )
+        try:
+            yield systems
+        finally:
+            close(systems)
 
 
 def close(systems: list[StPeerSystem]) -> None:
