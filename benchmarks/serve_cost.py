@@ -41,7 +41,7 @@ from benchmarks.cpu_info import cpu_flags, cpu_model, isa_flags
 from benchmarks.dataset import load_texts, shared_data_path
 from benchmarks.http_load import LoadResult, drive_in_processes
 from benchmarks.subprocess_server import free_port, serving
-from server.observability.process_cpu import CLOCK_TICKS, cpu_seconds_of
+from server.observability.process_cpu import cpu_seconds_of
 
 STARTUP_TIMEOUT_S = 300.0
 NUM_CHECKED = 64  # texts each server embeds one per request, compared with the single-process server's
@@ -111,11 +111,12 @@ def thread_cpu_seconds(pid: int) -> dict[str, float]:
     for task in Path(f"/proc/{pid}/task").iterdir():
         try:
             comm = (task / "comm").read_text().strip()
-            fields = (task / "stat").read_text().rpartition(")")[2].split()
         except OSError:  # the thread ended meanwhile
             continue
-        name = "main" if task.name == str(pid) else THREAD_NUMBER.sub("", comm)
-        seconds[name] = seconds.get(name, 0.0) + (int(fields[11]) + int(fields[12])) / CLOCK_TICKS
+        spent = cpu_seconds_of(pid, int(task.name))
+        if spent is not None:
+            name = "main" if task.name == str(pid) else THREAD_NUMBER.sub("", comm)
+            seconds[name] = seconds.get(name, 0.0) + spent
     return seconds
 
 

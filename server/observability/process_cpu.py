@@ -25,10 +25,12 @@ def name_process(role: str) -> None:
     setproctitle.setproctitle(f"wde-{role}")
 
 
-def cpu_seconds_of(pid: int) -> float | None:
-    """utime + stime of another process, every thread (Linux ``/proc``; None where it cannot be read)."""
+def cpu_seconds_of(pid: int, tid: int | None = None) -> float | None:
+    """utime + stime of another process, every thread, or of its thread ``tid`` (Linux ``/proc``; None where
+    it cannot be read: the process or thread ended)."""
+    stat = Path(f"/proc/{pid}/stat" if tid is None else f"/proc/{pid}/task/{tid}/stat")
     try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+        fields = stat.read_text().rpartition(")")[2].split()
     except OSError:
         return None
     return (int(fields[11]) + int(fields[12])) / CLOCK_TICKS  # utime, stime: fields 14 and 15
