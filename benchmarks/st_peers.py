@@ -222,15 +222,15 @@ def start(
     threads: int,
     batch_size: int,
     calibration: dict[str, Any] | None,
-    workdir: Path | None = None,
+    workdir: Path,
     load_failures: list[str] | None = None,
     task: str = "embed",
 ) -> list[StPeerSystem]:
-    """One loaded worker per name, loaded one after another (two workers of a venv share an export folder, so
-    they never export at the same time). Close them with ``close``. ``load_failures``: a peer that cannot
-    load (export) the model is left out and one line saying why is appended here (else it raises).
-    ``task`` "score": ``model`` is a cross-encoder and ``texts`` its ``(query, document)`` pairs."""
-    workdir = workdir or Path(tempfile.mkdtemp(prefix="wde-bench-st-"))
+    """One loaded worker per name in ``workdir``, loaded one after another (two workers of a venv share an
+    export folder, so they never export at the same time). Close them with ``close`` (``running`` does
+    both). ``load_failures``: a peer that cannot load (export) the model is left out and one line saying why
+    is appended here (else it raises). ``task`` "score": ``model`` is a cross-encoder and ``texts`` its
+    ``(query, document)`` pairs."""
     systems: list[StPeerSystem] = []
     try:
         for name in names:
