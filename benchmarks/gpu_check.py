@@ -43,8 +43,13 @@ DATA_FILES = ("docs.jsonl", "queries.jsonl")
 REQUIREMENTS_FILE = "requirements.json"  # benchmarks.gpu_wheels: {distribution: version range asked of it}
 CARRIED_MODEL_DIR = "all-MiniLM-L6-v2-fp16"  # benchmarks.gpu_wheels.MODEL_DIR_NAME
 HOST_STEP_MAX_S = 150.0  # benchmarks.host_overhead on the bundled model: about a minute on an H200
-# tests/gpu, and the fused decoder kernels' tests, which run compiled on a GPU (interpreted on a CPU)
-GPU_TESTS = ("tests/gpu", "tests/unit/layers/test_fused_kernels.py")
+# tests/gpu, and the Triton kernels' tests (fused decoder ops, fp8 quantization), which run compiled on a GPU
+# (interpreted on a CPU)
+GPU_TESTS = (
+    "tests/gpu",
+    "tests/unit/layers/test_fused_kernels.py",
+    "tests/unit/layers/test_fp8_rows_kernel.py",
+)
 HOST_STEP_MIN_S = 60.0  # what the bench leaves it (measured in earlier runs: it goes last)
 REPORTED_PACKAGES = ("torch", "transformers", "sentence-transformers", "tokenizers", "flash-attn", "xformers")
 

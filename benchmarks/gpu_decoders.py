@@ -1,9 +1,10 @@
 """The GPU bench's decoder tables (issue 51): random Qwen3 decoders of Qwen3-Embedding-0.6B's shape and of
 the 4B's cut to 8 layers (``benchmarks.random_decoder``), sentence-transformers at each batch size beside
 wde with its fused kernels, without them (``WDE_FUSED_KERNELS=0``) and with ``--quantization fp8``:
-tokens/s, the share of the bf16 matmul peak, the lowest cosine against sentence-transformers float32, and
-fp8's against wde's own 16-bit embeddings. On a CPU (``--smoke``) the tiny shape runs the code path, float32
-and fused only (the CPU never fuses; fp8 needs a GPU)."""
+tokens/s, the share of the bf16 matmul peak, the lowest cosine against sentence-transformers float32,
+fp8's against wde's own 16-bit embeddings, and where the fp8 row's time goes (``benchmarks.fp8_gemm``). On a
+CPU (``--smoke``) the tiny shape runs the code path, float32 and fused only (the CPU never fuses; fp8 needs a
+GPU)."""
 
 from __future__ import annotations
 
@@ -82,7 +83,18 @@ def decoder_lines(args: argparse.Namespace, texts: list[str], peak: float, budge
             lines += format_table(table, peak, args.dtypes[0])
             if table.fp8_min_cosine is not None:
                 lines += [f"fp8 against wde {args.dtypes[0]}: min cosine {table.fp8_min_cosine:.5f}", ""]
+                lines += fp8_part_lines(shape)
     return lines + decoder_target_lines(tables, args.dtypes[0], peak)
+
+
+def fp8_part_lines(shape: str) -> list[str]:
+    """``benchmarks.fp8_gemm``'s table for the shape: where the fp8 row's time goes (a few seconds)."""
+    from benchmarks.fp8_gemm import gemm_lines
+
+    try:
+        return gemm_lines(shape)
+    except Exception as e:
+        return [f"fp8 parts of {shape}: failed: {one_line(e)}", ""]
 
 
 def run_decoder_table(

@@ -80,7 +80,13 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         help="load-generator processes for the HTTP rows (default: a quarter of the cores, 1 to 4)",
     )
-    parser.add_argument("--server-requests", type=int, default=None, help="per load (default 2048; smoke 16)")
+    parser.add_argument(
+        "--server-requests",
+        type=int,
+        default=None,
+        help="one-text requests per load (default 8192: a couple of seconds at the H200's 5,000 a second; "
+        "smoke 16); the 32-text loads send a quarter as many",
+    )
     parser.add_argument("--no-server", action="store_true", help="skip the HTTP server part")
     parser.add_argument(
         "--api-workers",
@@ -101,7 +107,7 @@ def apply_defaults(args: argparse.Namespace) -> None:
     args.dtypes = args.dtypes or (["float16", "bfloat16"] if args.device == "cuda" else ["float32"])
     if args.models is None:
         args.models = ["minilm", "tiny"] if args.smoke else ["minilm", "base", "large"]
-    args.server_requests = args.server_requests or (16 if args.smoke else 2048)
+    args.server_requests = args.server_requests or (16 if args.smoke else 8192)
     args.api_workers = args.api_workers or ([1, 4, 8] if args.device == "cuda" else [1, 2])
     gpu_decoders.apply_defaults(args)
     if args.minilm is None:
@@ -280,7 +286,8 @@ def server_lines(queries: list[str], args: argparse.Namespace, budget: Budget) -
     """wde serve (bundled model, the first dtype): one text per request at concurrency 64 and 256, then 32
     texts per request at 64; the load from ``--client-processes`` processes. Beside each row, the CPU a
     request costs the engine process (``server`` with one process; also less the forward thread's) and the
-    API workers (``benchmarks.serve_cost``), then the threads that kept a core busy: what caps the row."""
+    API workers (``benchmarks.serve_cost``), and the cores the load generator's processes kept busy (near
+    their number: the generator, not the server, caps the row), then the threads that kept a core busy."""
     from benchmarks.http_load import drive_in_processes
     from benchmarks.serve_cost import Server, measure
     from benchmarks.server_load import WARMUP_REQUESTS, in_process_texts_per_s, served_process
@@ -290,20 +297,20 @@ def server_lines(queries: list[str], args: argparse.Namespace, budget: Budget) -
     lines = [f"## HTTP server: bundled model, {dtype}, {num_processes} load-generator processes", ""]
     if budget.spent():
         return [*lines, budget.skip_note(), ""]
-    num_texts = args.server_requests * TEXTS_PER_BATCHED_REQUEST
+    num_batches = max(1, args.server_requests // 4)
+    num_texts = max(args.server_requests, num_batches * TEXTS_PER_BATCHED_REQUEST)
     cycled = [queries[i % len(queries)] for i in range(num_texts)]
     singles = cycled[: args.server_requests]
-    batches = [
-        cycled[i : i + TEXTS_PER_BATCHED_REQUEST] for i in range(0, num_texts, TEXTS_PER_BATCHED_REQUEST)
-    ]
+    per_batch = TEXTS_PER_BATCHED_REQUEST
+    batches = [cycled[i * per_batch : (i + 1) * per_batch] for i in range(num_batches)]
     texts_per_s, _ = in_process_texts_per_s(args.minilm, dtype, cycled[: max(len(singles), 4096)])
     lines += [
         f"in-process LLM.encode: {texts_per_s:,.0f} texts/s (queries.jsonl)",
         "",
         "| API workers | texts per request | concurrency | requests | requests/s | texts/s | p50 ms | p99 ms "
         "| errors | vs in-process | engine process CPU-µs / request (beside forward) | API workers CPU-µs / "
-        "request |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "request | load-generator cores |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     busy: list[str] = []  # the threads' lines, after the table
     loads = [(1, concurrency, singles) for concurrency in SERVER_CONCURRENCIES]
@@ -331,7 +338,8 @@ def server_lines(queries: list[str], args: argparse.Namespace, budget: Budget) -
                     f"| {result.percentile_ms(50):.1f} | {result.percentile_ms(99):.1f} "
                     f"| {result.num_errors} "
                     f"| {served_texts_per_s / texts_per_s:.0%} "
-                    f"| {engine_us:.0f} ({measured.beside_forward_us:.0f}) | {api_us} |"
+                    f"| {engine_us:.0f} ({measured.beside_forward_us:.0f}) | {api_us} "
+                    f"| {result.client_cpu_s / result.seconds:.1f} of {num_processes} |"
                 )
                 busy.append(busy_threads_line(num_workers, per_request, concurrency, measured))
     note = "Threads that kept a tenth of a core busy or more (CPU-µs a request x requests/s; per API worker)"

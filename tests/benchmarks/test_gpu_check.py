@@ -128,14 +128,19 @@ def test_bench_smoke_path_with_the_server_on_cpu(tmp_path: Path, data_dir: Path)
     )
     text = report.read_text()
     assert "## all-MiniLM-L6-v2 (bundled)" in text
+    # 16 one-text requests a load, a quarter as many 32-text ones
     server_rows = [
-        line for line in text.splitlines() if re.match(r"\| (1|2) \| (1|32) \| (64|256) \| 16 \|", line)
+        line
+        for line in text.splitlines()
+        if re.match(r"\| (1|2) \| (1 \| (64|256) \| 16|32 \| 64 \| 4) \|", line)
     ]
     assert [row.split("|")[1].strip() for row in server_rows] == ["1"] * 3 + ["2"] * 3  # API workers
     assert all(row.split("|")[9].strip() == "0" for row in server_rows)  # no errors
     # the CPU a request costs the engine process ("123 (45)": beside the forward in brackets), the workers
     assert all(re.fullmatch(r"\d+ \(-?\d+\)", row.split("|")[11].strip()) for row in server_rows)
     assert [row.split("|")[12].strip() == "-" for row in server_rows] == [True] * 3 + [False] * 3
+    # the cores the two load-generator processes kept busy
+    assert all(re.fullmatch(r"\d+\.\d of 2", row.split("|")[13].strip()) for row in server_rows)
     # a line per row naming the threads that kept a core busy (16 requests here: ticks, not figures)
     busy = [line for line in text.splitlines() if line.startswith("- --api-workers ")]
     assert len(busy) == 6 and all(re.search(r"concurrency \d+: (none|\S+/\S+ \d)", line) for line in busy)

@@ -1,7 +1,8 @@
 """On CUDA: the decoder families' fused kernels and fp8 through the engine. A tiny random Qwen3 and Gemma3
 (``head_dim`` 32: the kernels' power-of-two halves) embed the same with the fused kernels as without
-(``WDE_FUSED_KERNELS=0``), eagerly and through CUDA-graph replay; ``--quantization fp8`` stays within
-cosine 0.999 of float16 where the GPU has FP8 matrix units, and is refused in one line where it has not.
+(``WDE_FUSED_KERNELS=0``), eagerly and through CUDA-graph replay; ``--quantization fp8`` (its activations
+quantized inside the fused kernels) stays within its tolerance of float16 where the GPU has FP8 matrix
+units, and is refused in one line where it has not.
 The kernels themselves at the families' real shapes: ``tests/unit/layers/test_fused_kernels.py``, which
 runs compiled here (``benchmarks.gpu_check`` runs it with this folder)."""
 
@@ -23,7 +24,11 @@ pytest.importorskip("triton", reason="the fused kernels need Triton (PyTorch's C
 
 SAVERS: dict[str, Callable[..., Path]] = {"qwen3": save_tiny_qwen3, "gemma3": save_tiny_gemma3}
 MIN_COSINE_FUSED = 0.9999  # float16 both ways: the kernels round less often than the unfused layers
-MIN_COSINE_FP8 = 0.999
+# e4m3 keeps 3 mantissa bits (a relative step of 1/16 per element, activations and weights alike); on these
+# tiny models (weights at 10x HF's spread, which amplifies every rounding) the same arithmetic emulated on
+# the CPU (float8 casts and float32 sums) gives min cosine 0.95-0.97 (Qwen3) and 0.99 (Gemma3) against 16
+# bits over 12 texts. A wrong scale, layout or skipped quantization gives far less.
+MIN_COSINE_FP8 = 0.93
 
 
 @pytest.fixture(scope="module", params=sorted(SAVERS))

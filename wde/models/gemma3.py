@@ -27,6 +27,7 @@ from wde.layers.attention.layer import Attention
 from wde.layers.attention.spec import AttentionSpec
 from wde.layers.fused import ops as fused
 from wde.layers.fused.reference import QKNorm
+from wde.layers.quantization.fp8_activation import Fp8Activation, takes_fp8
 from wde.layers.rotary import RotaryEmbedding, apply_rotary
 from wde.models.block_compile import compile_each
 from wde.models.interface import WdeModel
@@ -138,9 +139,10 @@ class Gemma3Attention(nn.Module):
         return self.o_proj(attn_out.reshape(num_tokens, -1))  # [num_tokens, hidden_size]
 
     def forward_fused(
-        self, hidden_states: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor
+        self, hidden_states: torch.Tensor | Fp8Activation, cos: torch.Tensor, sin: torch.Tensor
     ) -> torch.Tensor:
-        """``forward`` with q/k norms and RoPE in one kernel, in place on the q/k/v projection."""
+        """``forward`` with q/k norms and RoPE in one kernel, in place on the q/k/v projection
+        (``hidden_states`` comes quantized where ``qkv_proj`` is fp8)."""
         qkv = self.qkv_proj(hidden_states)  # [num_tokens, (num_heads + 2 * num_kv_heads) * head_size]
         norm: QKNorm = (self.q_norm.weight, self.k_norm.weight, self.q_norm.eps, "gemma")
         q, k, v = fused.qk_norm_rotary(qkv, self.num_heads, self.num_kv_heads, cos, sin, norm)
@@ -158,15 +160,16 @@ class Gemma3MLP(nn.Module):
         self.activation = config.get("hidden_activation") or "gelu_pytorch_tanh"
         self.act_fn = get_act_fn(self.activation)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
+    def forward(self, x: torch.Tensor | Fp8Activation) -> torch.Tensor:
         gate, up = self.gate_up_proj(x).split(self.intermediate_size, dim=-1)  # [num_tokens, intermediate]
         return self.down_proj(self.act_fn(gate) * up)  # [num_tokens, hidden_size]
 
-    def forward_fused(self, x: torch.Tensor) -> torch.Tensor:
+    def forward_fused(self, x: torch.Tensor | Fp8Activation) -> torch.Tensor:
         if self.activation not in TANH_GELU_NAMES:  # the kernel's is GELU's tanh approximation
             return self.forward(x)
         gate_up = self.gate_up_proj(x)  # [num_tokens, 2 * intermediate]
-        return self.down_proj(fused.act_and_mul(gate_up, "gelu_tanh"))  # [num_tokens, hidden_size]
+        products = fused.act_and_mul(gate_up, "gelu_tanh", quantize=takes_fp8(self.down_proj))
+        return self.down_proj(products)  # [num_tokens, hidden_size]
 
 
 class Gemma3DecoderLayer(nn.Module):
@@ -192,14 +195,21 @@ class Gemma3DecoderLayer(nn.Module):
         return hidden_states + self.post_feedforward_layernorm(mlp_out)  # [num_tokens, hidden_size]
 
     def forward_fused(
-        self, normed: torch.Tensor, residual: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor
+        self,
+        normed: torch.Tensor | Fp8Activation,
+        residual: torch.Tensor,
+        cos: torch.Tensor,
+        sin: torch.Tensor,
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """The layer after its input norm, with the fused kernels: (the MLP's output before its post-norm,
         the residual stream before it); the next layer's input norm (or the final norm) applies the
         post-norm and adds the two (``Gemma3TextModel``)."""
         attn_out = self.self_attn.forward_fused(normed, cos, sin)
         pre, post = self.pre_feedforward_layernorm, self.post_attention_layernorm
-        normed, residual = fused.add_rms_norm(attn_out, residual, pre.weight, pre.eps, "gemma", post.weight)
+        quantize = takes_fp8(self.mlp.gate_up_proj)
+        normed, residual = fused.add_rms_norm(
+            attn_out, residual, pre.weight, pre.eps, "gemma", post.weight, quantize
+        )
         return self.mlp.forward_fused(normed), residual
 
 
@@ -256,8 +266,9 @@ class Gemma3TextModel(WdeModel):
         layers = cast(list[Gemma3DecoderLayer], self.layers)
         for layer, layer_type in zip(layers, self.layer_types, strict=True):
             norm = layer.input_layernorm
+            quantize = takes_fp8(layer.self_attn.qkv_proj)
             normed, residual = fused.add_rms_norm(
-                hidden_states, residual, norm.weight, norm.eps, "gemma", post_weight
+                hidden_states, residual, norm.weight, norm.eps, "gemma", post_weight, quantize
             )
             hidden_states, residual = layer.forward_fused(normed, residual, *cos_sin[layer_type])
             post_weight = layer.post_feedforward_layernorm.weight

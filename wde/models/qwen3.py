@@ -26,6 +26,7 @@ from wde.layers.attention.spec import AttentionSpec
 from wde.layers.fused import ops as fused
 from wde.layers.fused.reference import QKNorm
 from wde.layers.pooler.methods import PoolingMetadata, last_pool
+from wde.layers.quantization.fp8_activation import Fp8Activation, takes_fp8
 from wde.layers.rotary import RotaryEmbedding, apply_rotary
 from wde.models.block_compile import compile_each
 from wde.models.interface import WdeModel
@@ -137,9 +138,10 @@ class Qwen3Attention(nn.Module):
         return self.o_proj(attn_out.reshape(num_tokens, -1))  # [num_tokens, hidden_size]
 
     def forward_fused(
-        self, hidden_states: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor
+        self, hidden_states: torch.Tensor | Fp8Activation, cos: torch.Tensor, sin: torch.Tensor
     ) -> torch.Tensor:
-        """``forward`` with q/k norms and RoPE in one kernel, in place on the q/k/v projection."""
+        """``forward`` with q/k norms and RoPE in one kernel, in place on the q/k/v projection
+        (``hidden_states`` comes quantized where ``qkv_proj`` is fp8)."""
         qkv = self.qkv_proj(hidden_states)  # [num_tokens, (num_heads + 2 * num_kv_heads) * head_size]
         norm: QKNorm | None = None
         if isinstance(self.q_norm, RMSNorm) and isinstance(self.k_norm, RMSNorm):
@@ -169,8 +171,9 @@ class Qwen3MLP(nn.Module):
         gate, up = self.gate_up_proj(x).split(self.intermediate_size, dim=-1)  # [num_tokens, intermediate] x2
         return self.down_proj(F.silu(gate) * up)
 
-    def forward_fused(self, x: torch.Tensor) -> torch.Tensor:
-        return self.down_proj(fused.act_and_mul(self.gate_up_proj(x), "silu"))  # [num_tokens, hidden_size]
+    def forward_fused(self, x: torch.Tensor | Fp8Activation) -> torch.Tensor:
+        products = fused.act_and_mul(self.gate_up_proj(x), "silu", quantize=takes_fp8(self.down_proj))
+        return self.down_proj(products)  # [num_tokens, hidden_size]
 
 
 class Qwen3DecoderLayer(nn.Module):
@@ -193,13 +196,20 @@ class Qwen3DecoderLayer(nn.Module):
         return hidden_states + self.mlp(self.post_attention_layernorm(hidden_states))
 
     def forward_fused(
-        self, normed: torch.Tensor, residual: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor
+        self,
+        normed: torch.Tensor | Fp8Activation,
+        residual: torch.Tensor,
+        cos: torch.Tensor,
+        sin: torch.Tensor,
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """The layer after its input norm, with the fused kernels: (the MLP's output, the residual stream
         before it); the next layer's input norm (or the final norm) adds the two (``Qwen3Model``)."""
         attn_out = self.self_attn.forward_fused(normed, cos, sin)
         norm = self.post_attention_layernorm
-        normed, residual = fused.add_rms_norm(attn_out, residual, norm.weight, norm.eps, "llama")
+        quantize = takes_fp8(self.mlp.gate_up_proj)
+        normed, residual = fused.add_rms_norm(
+            attn_out, residual, norm.weight, norm.eps, "llama", None, quantize
+        )
         return self.mlp.forward_fused(normed), residual
 
 
@@ -238,7 +248,10 @@ class Qwen3Model(WdeModel):
         residual = torch.zeros_like(hidden_states)  # [num_tokens, hidden_size]
         for layer in cast(list[Qwen3DecoderLayer], self.layers):
             norm = layer.input_layernorm
-            normed, residual = fused.add_rms_norm(hidden_states, residual, norm.weight, norm.eps, "llama")
+            quantize = takes_fp8(layer.self_attn.qkv_proj)
+            normed, residual = fused.add_rms_norm(
+                hidden_states, residual, norm.weight, norm.eps, "llama", None, quantize
+            )
             hidden_states, residual = layer.forward_fused(normed, residual, cos, sin)
         normed, _ = fused.add_rms_norm(hidden_states, residual, self.norm.weight, self.norm.eps, "llama")
         return normed

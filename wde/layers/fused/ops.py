@@ -6,11 +6,13 @@ from __future__ import annotations
 import functools
 import importlib.util
 import os
+from typing import Literal, overload
 
 import torch
 
 from wde.layers.fused import reference
 from wde.layers.fused.reference import Activation, NormFlavour, QKNorm
+from wde.layers.quantization.fp8_activation import Fp8Activation
 
 DISABLE_VARIABLE = "WDE_FUSED_KERNELS"  # "0": the reference on every device
 
@@ -31,6 +33,7 @@ def fused_kernels_enabled(x: torch.Tensor) -> bool:
     )
 
 
+@overload
 def add_rms_norm(
     x: torch.Tensor,
     residual: torch.Tensor,
@@ -38,12 +41,38 @@ def add_rms_norm(
     eps: float,
     flavour: NormFlavour,
     post_weight: torch.Tensor | None = None,
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """(rms_norm(residual + x), residual + x); see ``reference.add_rms_norm``."""
+    quantize: Literal[False] = False,
+) -> tuple[torch.Tensor, torch.Tensor]: ...
+
+
+@overload
+def add_rms_norm(
+    x: torch.Tensor,
+    residual: torch.Tensor,
+    weight: torch.Tensor,
+    eps: float,
+    flavour: NormFlavour,
+    post_weight: torch.Tensor | None,
+    quantize: bool,
+) -> tuple[torch.Tensor | Fp8Activation, torch.Tensor]: ...
+
+
+def add_rms_norm(
+    x: torch.Tensor,
+    residual: torch.Tensor,
+    weight: torch.Tensor,
+    eps: float,
+    flavour: NormFlavour,
+    post_weight: torch.Tensor | None = None,
+    quantize: bool = False,
+) -> tuple[torch.Tensor | Fp8Activation, torch.Tensor]:
+    """(rms_norm(residual + x), residual + x); see ``reference.add_rms_norm``. ``quantize`` (the normed
+    output's reader is an ``Fp8Linear``: ``fp8_activation.takes_fp8``): where the kernel runs, the normed
+    output comes quantized for it, as an ``Fp8Activation``; elsewhere the flag changes nothing."""
     if fused_kernels_enabled(x):
         from wde.layers.fused import triton_kernels
 
-        return triton_kernels.add_rms_norm(x, residual, weight, eps, flavour, post_weight)
+        return triton_kernels.add_rms_norm(x, residual, weight, eps, flavour, post_weight, quantize)
     return reference.add_rms_norm(x, residual, weight, eps, flavour, post_weight)
 
 
@@ -66,10 +95,25 @@ def qk_norm_rotary(
     return reference.qk_norm_rotary(qkv, num_heads, num_kv_heads, cos, sin, norm)
 
 
-def act_and_mul(gate_up: torch.Tensor, activation: Activation) -> torch.Tensor:
-    """act(gate) * up of a fused gate/up projection; see ``reference.act_and_mul``."""
+@overload
+def act_and_mul(
+    gate_up: torch.Tensor, activation: Activation, quantize: Literal[False] = False
+) -> torch.Tensor: ...
+
+
+@overload
+def act_and_mul(
+    gate_up: torch.Tensor, activation: Activation, quantize: bool
+) -> torch.Tensor | Fp8Activation: ...
+
+
+def act_and_mul(
+    gate_up: torch.Tensor, activation: Activation, quantize: bool = False
+) -> torch.Tensor | Fp8Activation:
+    """act(gate) * up of a fused gate/up projection; see ``reference.act_and_mul``. ``quantize``: as in
+    ``add_rms_norm``."""
     if fused_kernels_enabled(gate_up):
         from wde.layers.fused import triton_kernels
 
-        return triton_kernels.act_and_mul(gate_up, activation)
+        return triton_kernels.act_and_mul(gate_up, activation, quantize)
     return reference.act_and_mul(gate_up, activation)

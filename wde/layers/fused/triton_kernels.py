@@ -13,6 +13,9 @@ import triton
 import triton.language as tl
 
 from wde.layers.fused.reference import Activation, NormFlavour, QKNorm
+from wde.layers.quantization.fp8_activation import Fp8Activation
+from wde.layers.quantization.fp8_linear import FP8_DTYPE, FP8_MAX, MIN_SCALE
+from wde.layers.quantization.fp8_rows_kernel import fp8_row_scale, to_fp8
 
 
 @triton.jit
@@ -39,14 +42,18 @@ def _add_rms_norm_kernel(
     residual_stride,
     size,
     eps,
+    scale_ptr,
+    fp8_max,
+    min_scale,
     GEMMA: tl.constexpr,
     POST_NORM: tl.constexpr,
+    QUANTIZE: tl.constexpr,
     BLOCK: tl.constexpr,
 ):
     row = tl.program_id(0).to(tl.int64)
     cols = tl.arange(0, BLOCK)
     mask = cols < size
-    dtype = out_ptr.dtype.element_ty
+    dtype = summed_ptr.dtype.element_ty  # the model's 16-bit dtype (out_ptr's too, unless QUANTIZE)
     x = tl.load(x_ptr + row * x_stride + cols, mask=mask, other=0.0).to(tl.float32)
     residual = tl.load(residual_ptr + row * residual_stride + cols, mask=mask, other=0.0).to(tl.float32)
     if POST_NORM:
@@ -56,7 +63,15 @@ def _add_rms_norm_kernel(
     tl.store(summed_ptr + row * size + cols, summed, mask=mask)
     weight = tl.load(weight_ptr + cols, mask=mask, other=0.0)
     out = _rms_norm(summed.to(tl.float32), weight, size, eps, GEMMA, dtype)
-    tl.store(out_ptr + row * size + cols, out, mask=mask)
+    if QUANTIZE:  # the 16-bit output quantized per token for the next fp8 GEMM (columns past size are 0)
+        out = out.to(tl.float32)
+        scale = fp8_row_scale(tl.max(tl.abs(out), axis=0), fp8_max, min_scale)
+        tl.store(scale_ptr + row, scale)
+        tl.store(
+            out_ptr + row * size + cols, to_fp8(out, scale, fp8_max, out_ptr.dtype.element_ty), mask=mask
+        )
+    else:
+        tl.store(out_ptr + row * size + cols, out, mask=mask)
 
 
 def add_rms_norm(
@@ -66,29 +81,35 @@ def add_rms_norm(
     eps: float,
     flavour: NormFlavour,
     post_weight: torch.Tensor | None = None,
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """As ``reference.add_rms_norm``: (normed, summed), each [num_tokens, hidden] contiguous."""
+    quantize: bool = False,
+) -> tuple[torch.Tensor | Fp8Activation, torch.Tensor]:
+    """As ``reference.add_rms_norm``: (normed, summed), each [num_tokens, hidden] contiguous; ``quantize``:
+    normed as an ``Fp8Activation`` (the 16-bit values, quantized per token as ``quantize_fp8_rows``)."""
     num_tokens, size = x.shape
-    out = torch.empty((num_tokens, size), dtype=x.dtype, device=x.device)
-    summed = torch.empty_like(out)
-    if num_tokens == 0:
-        return out, summed
-    _add_rms_norm_kernel[(num_tokens,)](
-        x,
-        residual,
-        weight,
-        weight if post_weight is None else post_weight,
-        out,
-        summed,
-        x.stride(0),
-        residual.stride(0),
-        size,
-        eps,
-        GEMMA=flavour == "gemma",
-        POST_NORM=post_weight is not None,
-        BLOCK=triton.next_power_of_2(size),
-    )
-    return out, summed
+    out = torch.empty((num_tokens, size), dtype=FP8_DTYPE if quantize else x.dtype, device=x.device)
+    summed = torch.empty((num_tokens, size), dtype=x.dtype, device=x.device)
+    scale = torch.empty((num_tokens, 1) if quantize else (0,), dtype=torch.float32, device=x.device)
+    if num_tokens:
+        _add_rms_norm_kernel[(num_tokens,)](
+            x,
+            residual,
+            weight,
+            weight if post_weight is None else post_weight,
+            out,
+            summed,
+            x.stride(0),
+            residual.stride(0),
+            size,
+            eps,
+            scale,
+            FP8_MAX,
+            MIN_SCALE,
+            GEMMA=flavour == "gemma",
+            POST_NORM=post_weight is not None,
+            QUANTIZE=quantize,
+            BLOCK=triton.next_power_of_2(size),
+        )
+    return (Fp8Activation(out, scale, x.dtype) if quantize else out), summed
 
 
 @triton.jit
@@ -181,11 +202,10 @@ def qk_norm_rotary(
 
 
 @triton.jit
-def _act_and_mul_kernel(gate_up_ptr, out_ptr, row_stride, size, GELU: tl.constexpr, BLOCK: tl.constexpr):
-    row = tl.program_id(0).to(tl.int64)
-    cols = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
-    mask = cols < size
-    dtype = out_ptr.dtype.element_ty
+def _act_and_mul_block(
+    gate_up_ptr, row, row_stride, size, cols, mask, GELU: tl.constexpr, DTYPE: tl.constexpr
+):
+    """act(gate) * up for one block of a row's columns: float32 holding the 16-bit product."""
     gate = tl.load(gate_up_ptr + row * row_stride + cols, mask=mask, other=0.0).to(tl.float32)
     up = tl.load(gate_up_ptr + row * row_stride + size + cols, mask=mask, other=0.0).to(tl.float32)
     if GELU:  # tanh(z) = 2 * sigmoid(2z) - 1
@@ -193,23 +213,85 @@ def _act_and_mul_kernel(gate_up_ptr, out_ptr, row_stride, size, GELU: tl.constex
         activated = 0.5 * gate * (2.0 * tl.sigmoid(2.0 * inner))
     else:
         activated = gate * tl.sigmoid(gate)
-    activated = activated.to(dtype).to(tl.float32)  # rounded as the unfused activation's output is
-    tl.store(out_ptr + row * size + cols, (activated * up).to(dtype), mask=mask)
+    activated = activated.to(DTYPE).to(tl.float32)  # rounded as the unfused activation's output is
+    return (activated * up).to(DTYPE).to(tl.float32)
+
+
+@triton.jit
+def _act_and_mul_kernel(gate_up_ptr, out_ptr, row_stride, size, GELU: tl.constexpr, BLOCK: tl.constexpr):
+    row = tl.program_id(0).to(tl.int64)
+    cols = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
+    mask = cols < size
+    dtype = out_ptr.dtype.element_ty
+    product = _act_and_mul_block(gate_up_ptr, row, row_stride, size, cols, mask, GELU, dtype)
+    tl.store(out_ptr + row * size + cols, product.to(dtype), mask=mask)
+
+
+@triton.jit
+def _act_and_mul_fp8_kernel(
+    gate_up_ptr,
+    out_ptr,
+    scale_ptr,
+    row_stride,
+    size,
+    fp8_max,
+    min_scale,
+    GELU: tl.constexpr,
+    NUM_BLOCKS: tl.constexpr,
+    BLOCK: tl.constexpr,
+):
+    """One row a program: its products' largest magnitude, then the products again (gate and up come back
+    from cache), quantized per token."""
+    row = tl.program_id(0).to(tl.int64)
+    dtype = gate_up_ptr.dtype.element_ty
+    amax = tl.zeros([BLOCK], dtype=tl.float32)
+    for block in range(NUM_BLOCKS):
+        cols = block * BLOCK + tl.arange(0, BLOCK)
+        product = _act_and_mul_block(gate_up_ptr, row, row_stride, size, cols, cols < size, GELU, dtype)
+        amax = tl.maximum(amax, tl.abs(product))  # masked columns hold act(0) * 0 = 0
+    scale = fp8_row_scale(tl.max(amax, axis=0), fp8_max, min_scale)
+    tl.store(scale_ptr + row, scale)
+    for block in range(NUM_BLOCKS):
+        cols = block * BLOCK + tl.arange(0, BLOCK)
+        mask = cols < size
+        product = _act_and_mul_block(gate_up_ptr, row, row_stride, size, cols, mask, GELU, dtype)
+        tl.store(
+            out_ptr + row * size + cols, to_fp8(product, scale, fp8_max, out_ptr.dtype.element_ty), mask=mask
+        )
 
 
 ACT_BLOCK = 1024
 
 
-def act_and_mul(gate_up: torch.Tensor, activation: Activation) -> torch.Tensor:
-    """As ``reference.act_and_mul``: [num_tokens, 2 * intermediate] -> [num_tokens, intermediate]."""
+def act_and_mul(
+    gate_up: torch.Tensor, activation: Activation, quantize: bool = False
+) -> torch.Tensor | Fp8Activation:
+    """As ``reference.act_and_mul``: [num_tokens, 2 * intermediate] -> [num_tokens, intermediate];
+    ``quantize``: as an ``Fp8Activation`` (the 16-bit products, quantized per token)."""
     num_tokens, double = gate_up.shape
     size = double // 2
-    out = torch.empty((num_tokens, size), dtype=gate_up.dtype, device=gate_up.device)
     if gate_up.stride(1) != 1:
         raise ValueError("act_and_mul needs gate_up's rows contiguous")
+    gelu = activation == "gelu_tanh"
+    if quantize:
+        out = torch.empty((num_tokens, size), dtype=FP8_DTYPE, device=gate_up.device)
+        scale = torch.empty((num_tokens, 1), dtype=torch.float32, device=gate_up.device)
+        if num_tokens:
+            _act_and_mul_fp8_kernel[(num_tokens,)](
+                gate_up,
+                out,
+                scale,
+                gate_up.stride(0),
+                size,
+                FP8_MAX,
+                MIN_SCALE,
+                GELU=gelu,
+                NUM_BLOCKS=triton.cdiv(size, ACT_BLOCK),
+                BLOCK=ACT_BLOCK,
+            )
+        return Fp8Activation(out, scale, gate_up.dtype)
+    out = torch.empty((num_tokens, size), dtype=gate_up.dtype, device=gate_up.device)
     if num_tokens:
         grid = (num_tokens, triton.cdiv(size, ACT_BLOCK))
-        _act_and_mul_kernel[grid](
-            gate_up, out, gate_up.stride(0), size, GELU=activation == "gelu_tanh", BLOCK=ACT_BLOCK
-        )
+        _act_and_mul_kernel[grid](gate_up, out, gate_up.stride(0), size, GELU=gelu, BLOCK=ACT_BLOCK)
     return out

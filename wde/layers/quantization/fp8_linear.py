@@ -7,14 +7,17 @@ cores' FP8 GEMM, accumulating in float32 and scaling rows and columns on the way
     x_scale[t] = max_i |x[t, i]| / 448        w_scale[o] = max_i |w[o, i]| / 448   (448: e4m3's largest)
 
 As with int8 (``int8_linear.py``), dynamic per-token scales need no calibration set and a token's result
-never depends on its batch-mates. The activation's row max, division and cast are PyTorch ops here (on a
-GPU they cost a few memory passes beside the GEMM).
+never depends on its batch-mates. On a GPU the activation's row max, division and cast are one Triton kernel
+(``fp8_rows_kernel.py``); elsewhere PyTorch ops.
 """
 
 from __future__ import annotations
 
 import torch
 from torch import nn
+
+from wde.layers.fused.ops import fused_kernels_enabled
+from wde.layers.quantization.fp8_activation import Fp8Activation
 
 FP8_DTYPE = torch.float8_e4m3fn
 FP8_MAX = float(torch.finfo(FP8_DTYPE).max)  # 448
@@ -24,7 +27,17 @@ MIN_CAPABILITY = (8, 9)
 
 
 def quantize_fp8_rows(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """``x`` [rows, cols] -> (float8 e4m3 [rows, cols], float32 scale [rows, 1]), symmetric per row."""
+    """``x`` [rows, cols] -> (float8 e4m3 [rows, cols], float32 scale [rows, 1]), symmetric per row: one
+    Triton kernel where the fused kernels run (CUDA, ``wde.layers.fused.ops``), else PyTorch ops."""
+    if fused_kernels_enabled(x):
+        from wde.layers.quantization import fp8_rows_kernel
+
+        return fp8_rows_kernel.quantize_fp8_rows(x)
+    return quantize_fp8_rows_reference(x)
+
+
+def quantize_fp8_rows_reference(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """``quantize_fp8_rows`` in PyTorch ops (the CPU, and the kernel's reference)."""
     scale = x.abs().amax(dim=1, keepdim=True).float().clamp_min(MIN_SCALE) / FP8_MAX
     return (x.float() / scale).clamp(-FP8_MAX, FP8_MAX).to(FP8_DTYPE), scale
 
@@ -53,6 +66,7 @@ class Fp8Linear(nn.Module):
 
     # whether _scaled_mm writes float16 with row-wise scales here (some versions write only bfloat16)
     float16_output: bool | None = None
+    takes_fp8_activation = True  # a fused kernel may hand it an Fp8Activation (fp8_activation.takes_fp8)
     weight: torch.Tensor  # [out, in] float8 e4m3 (a buffer)
     weight_scale: torch.Tensor  # [1, out] float32 (a buffer)
 
@@ -69,7 +83,10 @@ class Fp8Linear(nn.Module):
         bias = None if linear.bias is None else linear.bias.detach()
         return cls(weight, scale.t().contiguous(), bias)  # scale [1, out]
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
+    def forward(self, x: torch.Tensor | Fp8Activation) -> torch.Tensor:
+        if isinstance(x, Fp8Activation):  # quantized by the kernel that produced it: [num_tokens, in]
+            out = self._matmul(x.values, x.scale, x.dtype)
+            return out if self.bias is None else out + self.bias
         rows = x.reshape(-1, self.in_features)  # [num_tokens, in]
         x_q, x_scale = quantize_fp8_rows(rows)
         out = self._matmul(x_q, x_scale, x.dtype)  # [num_tokens, out]
