@@ -25,6 +25,7 @@ from server.process.config_process import build_configs, workers_likely
 from server.process.log_setup import configure_logging, skip_unused_record_fields
 from server.process.memory_release import limit_malloc_arenas
 from server.process.openmp_spin import bound_openmp_spin
+from server.process.tokenizer_parallelism import serial_tokenizer_calls
 from server.ray_serve.flags import add_ray_serve_flags
 from server.settings import ServerSettings
 from wde.engine_args import EngineArgs
@@ -214,9 +215,11 @@ def serve(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     port); 1 when the model fails to load; 0 after a graceful drain."""
     # 1. settings and the model folders, checked before anything loads or binds (one malloc arena first,
     #    before any thread: freed heap goes back to the system, server/process/memory_release.py; OpenMP's
-    #    idle spin bounded before torch loads: server/process/openmp_spin.py)
+    #    idle spin bounded before torch loads: server/process/openmp_spin.py; tokenizers' thread pool off:
+    #    server/process/tokenizer_parallelism.py)
     limit_malloc_arenas()
     bound_openmp_spin()
+    serial_tokenizer_calls()
     settings = ServerSettings(**{name: getattr(args, name) for name in ServerSettings.field_names()})
     configure_logging(args.log_level)
     skip_unused_record_fields()
