@@ -2,9 +2,9 @@
 the 4B's cut to 8 layers (``benchmarks.random_decoder``), sentence-transformers at each batch size beside
 wde with its fused kernels, without them (``WDE_FUSED_KERNELS=0``) and with ``--quantization fp8``:
 tokens/s, the share of the bf16 matmul peak, the lowest cosine against sentence-transformers float32,
-fp8's against wde's own 16-bit embeddings, and where the fp8 row's time goes (``benchmarks.fp8_gemm``). On a
-CPU (``--smoke``) the tiny shape runs the code path, float32 and fused only (the CPU never fuses; fp8 needs a
-GPU)."""
+fp8's against wde's own 16-bit embeddings, where the fp8 row's time goes (``benchmarks.fp8_gemm``), and the
+first shape's kernel time by kind (``benchmarks.kernel_profile``). On a CPU (``--smoke``) the tiny shape
+runs the code path, float32 and fused only (the CPU never fuses; fp8 needs a GPU)."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ import os
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 from unittest import mock
 
 import numpy as np
@@ -37,6 +38,9 @@ CONFIGURATIONS = (
     WdeConfiguration("wde (unfused)", {"WDE_FUSED_KERNELS": "0"}, gpu_only=True),
     WdeConfiguration("wde + fp8", engine_args={"quantization": "fp8"}, gpu_only=True),
 )
+
+
+NUM_PROFILED_TEXTS = 128  # about two full steps of docs texts
 
 
 @dataclass
@@ -84,7 +88,30 @@ def decoder_lines(args: argparse.Namespace, texts: list[str], peak: float, budge
             if table.fp8_min_cosine is not None:
                 lines += [f"fp8 against wde {args.dtypes[0]}: min cosine {table.fp8_min_cosine:.5f}", ""]
                 lines += fp8_part_lines(shape)
+            if shape == args.decoders[0] and not budget.spent():
+                lines += kernel_profile_lines(table, texts[:NUM_PROFILED_TEXTS], args)
     return lines + decoder_target_lines(tables, args.dtypes[0], peak)
+
+
+def kernel_profile_lines(table: DecoderTable, texts: list[str], args: argparse.Namespace) -> list[str]:
+    """``benchmarks.kernel_profile``'s tables for the first shape: wde fused in the first dtype, and with
+    fp8 on a GPU (a few seconds each)."""
+    from benchmarks.kernel_profile import kernel_seconds, profile_lines
+
+    dtype = args.dtypes[0]
+    runs: list[tuple[str, dict[str, Any]]] = [(f"wde fused, {dtype}", {})]
+    if args.device == "cuda":
+        runs.append((f"wde fused + fp8, {dtype}", {"quantization": "fp8"}))
+    lines: list[str] = []
+    for label, engine_args in runs:
+        full_label = f"{table.label}, {label}, {len(texts)} texts"
+        try:
+            lines += profile_lines(
+                full_label, kernel_seconds(table.path, texts, args.device, dtype, **engine_args)
+            )
+        except Exception as e:
+            lines += [f"Kernel time of {full_label}: failed: {one_line(e)}", ""]
+    return lines
 
 
 def fp8_part_lines(shape: str) -> list[str]:

@@ -180,6 +180,10 @@ def test_decoder_smoke_path_on_cpu(tmp_path: Path, data_dir: Path) -> None:
     assert float(cells[4].replace(",", "")) > 0 and float(cells[7]) >= 0.9999
     for system in ("wde (unfused)", "wde + fp8"):
         assert f"| {system} | float32 | none | - | - | - | - | - | GPU only | - | - |" in text
+    # the first shape's time by kind (on the CPU: ops' self time; the GEMMs are there)
+    profile = text[text.index("Kernel time of qwen3-tiny (random Qwen3), wde fused, float32") :]
+    assert re.search(r"\| GEMM \| [\d.,]+ \| \d+\.\d%", profile)
+    assert "| largest kernels | kind | ms |" in profile
 
 
 def test_decoder_targets_are_read_off_the_tables() -> None:
