@@ -3,8 +3,10 @@ the 4B's cut to 8 layers (``benchmarks.random_decoder``), sentence-transformers 
 wde with its fused kernels, without them (``WDE_FUSED_KERNELS=0``) and with ``--quantization fp8``:
 tokens/s, the share of the bf16 matmul peak, the lowest cosine against sentence-transformers float32,
 fp8's against wde's own 16-bit embeddings, where the fp8 row's time goes (``benchmarks.fp8_gemm``), and the
-first shape's kernel time by kind (``benchmarks.kernel_profile``). On a CPU (``--smoke``) the tiny shape
-runs the code path, float32 and fused only (the CPU never fuses; fp8 needs a GPU)."""
+first shape's kernel time by kind (``benchmarks.kernel_profile``); then fp8's accuracy on real weights
+(``benchmarks.quantized_quality``: the bundled MiniLM, MRR@10 on ``rerank.jsonl``). On a CPU (``--smoke``)
+the tiny shape runs the code path, float32 and fused only (the CPU never fuses; fp8 needs a GPU: the
+real-weight line is int8's there)."""
 
 from __future__ import annotations
 
@@ -90,7 +92,27 @@ def decoder_lines(args: argparse.Namespace, texts: list[str], peak: float, budge
                 lines += fp8_part_lines(shape)
             if shape == args.decoders[0] and not budget.spent():
                 lines += kernel_profile_lines(table, texts[:NUM_PROFILED_TEXTS], args)
+    if args.decoders and not budget.spent():
+        lines += real_weight_lines(args, texts[: args.decoder_limit])
     return lines + decoder_target_lines(tables, args.dtypes[0], peak)
+
+
+def real_weight_lines(args: argparse.Namespace, texts: list[str]) -> list[str]:
+    """fp8's accuracy on real weights (``benchmarks.quantized_quality``: the bundled MiniLM, cosine to its
+    16-bit embeddings and MRR@10 on the ``rerank.jsonl`` beside the docs); int8 on a CPU."""
+    from benchmarks.quantized_quality import measure, quality_line
+    from benchmarks.rerank_quality import load_records
+
+    quantization, dtype = ("fp8", args.dtypes[0]) if args.device == "cuda" else ("int8", "float32")
+    rerank = Path(args.docs).parent / "rerank.jsonl"
+    if not rerank.is_file():
+        return [f"- {quantization} on real weights: skipped, no {rerank}", ""]
+    try:
+        records = load_records(rerank, 5 if args.smoke else None)
+        quality = measure(args.minilm, texts, records, args.device, dtype, quantization)
+    except Exception as e:
+        return [f"- {quantization} on real weights: failed: {one_line(e)}", ""]
+    return [quality_line(quality, quantization, dtype), ""]
 
 
 def kernel_profile_lines(table: DecoderTable, texts: list[str], args: argparse.Namespace) -> list[str]:

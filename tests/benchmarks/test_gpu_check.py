@@ -66,7 +66,8 @@ def test_junit_summary_counts_and_names_failures(tmp_path: Path) -> None:
 
 @pytest.fixture
 def data_dir(tmp_path: Path) -> Path:
-    """docs.jsonl and queries.jsonl of the test corpus: the smoke runs never need ``../shared``."""
+    """docs.jsonl, queries.jsonl and rerank.jsonl (each query the start of one of its 20 candidates) of the
+    test corpus: the smoke runs never need ``../shared``."""
     folder = tmp_path / "data"
     folder.mkdir()
     texts = training_texts()
@@ -75,6 +76,15 @@ def data_dir(tmp_path: Path) -> Path:
         ("queries.jsonl", [t.split(".")[0] for t in texts[:64]]),
     ):
         (folder / name).write_text("".join(json.dumps({"text": text}) + "\n" for text in records))
+    rerank = [
+        {
+            "query": texts[100 + i].split(".")[0],
+            "documents": texts[100 + i - i % 20 : 120 + i - i % 20],
+            "relevant": i % 20,
+        }
+        for i in range(5)
+    ]
+    (folder / "rerank.jsonl").write_text("".join(json.dumps(record) + "\n" for record in rerank))
     return folder
 
 
@@ -184,6 +194,12 @@ def test_decoder_smoke_path_on_cpu(tmp_path: Path, data_dir: Path) -> None:
     profile = text[text.index("Kernel time of qwen3-tiny (random Qwen3), wde fused, float32") :]
     assert re.search(r"\| GEMM \| [\d.,]+ \| \d+\.\d%", profile)
     assert "| largest kernels | kind | ms |" in profile
+    # a quantization's accuracy on real weights (the GPU: fp8; here int8): cosine and MRR@10 on rerank.jsonl
+    quality = re.search(
+        r"- int8 on real weights \(all-MiniLM-L6-v2, float32\): cosine to unquantized min (\S+),", text
+    )
+    assert quality is not None and float(quality[1]) >= 0.99
+    assert re.search(r"MRR@10 on 5 rerank\.jsonl queries \d\.\d{4} against \d\.\d{4} unquantized", text)
 
 
 def test_decoder_targets_are_read_off_the_tables() -> None:
