@@ -54,7 +54,7 @@ PLATFORMS = (
 )
 DATA_FILES = ("docs.jsonl", "queries.jsonl", "rerank.jsonl")  # rerank: fp8's MRR@10 (gpu_decoders)
 MODEL_DIR_NAME = "all-MiniLM-L6-v2-fp16"
-MAX_TOTAL_BYTES = 52 * 2**20  # what a device call carries is 64 MiB, the checkout included
+MAX_TOTAL_BYTES = 56 * 2**20  # a device call carries 64 MiB, the checkout (~3.5 MiB tracked) included
 
 
 def dependency_closure(roots: tuple[str, ...]) -> dict[str, str]:
