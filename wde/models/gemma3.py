@@ -275,6 +275,7 @@ class Gemma3TextModel(WdeModel):
         normed, _ = fused.add_rms_norm(
             hidden_states, residual, self.norm.weight, self.norm.eps, "gemma", post_weight
         )
+        assert isinstance(normed, torch.Tensor)  # not asked to quantize: the 16-bit output
         return normed
 
     def compile_blocks(self) -> None:

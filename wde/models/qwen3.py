@@ -254,6 +254,7 @@ class Qwen3Model(WdeModel):
             )
             hidden_states, residual = layer.forward_fused(normed, residual, cos, sin)
         normed, _ = fused.add_rms_norm(hidden_states, residual, self.norm.weight, self.norm.eps, "llama")
+        assert isinstance(normed, torch.Tensor)  # not asked to quantize: the 16-bit output
         return normed
 
     def compile_blocks(self) -> None:

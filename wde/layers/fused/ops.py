@@ -6,7 +6,6 @@ from __future__ import annotations
 import functools
 import importlib.util
 import os
-from typing import Literal, overload
 
 import torch
 
@@ -31,30 +30,6 @@ def fused_kernels_enabled(x: torch.Tensor) -> bool:
         and os.environ.get(DISABLE_VARIABLE, "1") != "0"
         and triton_available()
     )
-
-
-@overload
-def add_rms_norm(
-    x: torch.Tensor,
-    residual: torch.Tensor,
-    weight: torch.Tensor,
-    eps: float,
-    flavour: NormFlavour,
-    post_weight: torch.Tensor | None = None,
-    quantize: Literal[False] = False,
-) -> tuple[torch.Tensor, torch.Tensor]: ...
-
-
-@overload
-def add_rms_norm(
-    x: torch.Tensor,
-    residual: torch.Tensor,
-    weight: torch.Tensor,
-    eps: float,
-    flavour: NormFlavour,
-    post_weight: torch.Tensor | None,
-    quantize: bool,
-) -> tuple[torch.Tensor | Fp8Activation, torch.Tensor]: ...
 
 
 def add_rms_norm(
@@ -93,18 +68,6 @@ def qk_norm_rotary(
         if triton_kernels.can_rotate(head_size, cos.shape[-1]):
             return triton_kernels.qk_norm_rotary(qkv, num_heads, num_kv_heads, cos, sin, norm)
     return reference.qk_norm_rotary(qkv, num_heads, num_kv_heads, cos, sin, norm)
-
-
-@overload
-def act_and_mul(
-    gate_up: torch.Tensor, activation: Activation, quantize: Literal[False] = False
-) -> torch.Tensor: ...
-
-
-@overload
-def act_and_mul(
-    gate_up: torch.Tensor, activation: Activation, quantize: bool
-) -> torch.Tensor | Fp8Activation: ...
 
 
 def act_and_mul(
