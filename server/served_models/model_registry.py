@@ -251,6 +251,8 @@ class ModelRegistry:
         """``model`` (one of ``models``), loaded, held until the block ends: its turn waited for first."""
         if not _usable(model):
             await self._wait_for_turn(model)
+        if model.engine is not None:  # a model still loading (the server's start): a moment's grace first
+            await model.engine.wait_while_loading()
         model.num_in_use += 1
         model.last_used = self.clock()
         try:

@@ -60,6 +60,13 @@ from wde.outputs import (
 
 __all__ = ["AsyncLLMEngine", "OutputNotSupportedError", "TaskNotSupportedError"]
 
+# A call that finds the model loading waits this long for it before its 503. With API workers each hears the
+# engine process's "ready" on its own thread, some milliseconds apart under load: without the wait, /health
+# answered 200 by one worker could be followed by a 503 "still loading" from the next (seen in CI). A load
+# that takes longer still answers 503, this much later.
+LOADING_GRACE_SECONDS = 2.0
+LOADING_POLL_SECONDS = 0.005
+
 
 class AsyncLLMEngine:
     def __init__(
@@ -141,6 +148,18 @@ class AsyncLLMEngine:
         if info is None:
             raise EngineUnavailableError("the model is still loading; retry in a few seconds")
         return info
+
+    async def wait_while_loading(self) -> None:
+        """Return once the model is no longer loading, or after ``LOADING_GRACE_SECONDS`` (then a call still
+        gets the loading error); at once when it is not loading. Every task coroutine starts with it, and
+        so does the server's ``ModelRegistry.hold`` (its routes read ``info`` before they call)."""
+        deadline = time.monotonic() + LOADING_GRACE_SECONDS
+        while self._thread.state == EngineState.LOADING and time.monotonic() < deadline:
+            await asyncio.sleep(LOADING_POLL_SECONDS)
+
+    async def _loaded_info(self) -> EngineInfo:
+        await self.wait_while_loading()
+        return self.info
 
     @property
     def residency(self) -> Residency | None:
@@ -225,7 +244,7 @@ class AsyncLLMEngine:
         ``OutputNotSupportedError`` for an output kind the model lacks, ``InputTooLongError`` for an
         over-long input with truncation off, ``EngineUnavailableError`` while loading or shutting down."""
         params = pooling_params(options, EncodeOptions, "encode")
-        info = self.info
+        info = await self._loaded_info()
         tokenizer = info.tokenizer if decode else None
         plan = tasks.encode(
             info.model_config, prompts, params, tokenizer, self.calibration, self._chunker(info)
@@ -237,7 +256,7 @@ class AsyncLLMEngine:
         ``precision``): this engine's, kept since it loaded or an earlier request, else computed from its
         calibration texts now and kept."""
         params = pooling_params(options, EncodeOptions, "quantization_ranges")
-        info = self.info
+        info = await self._loaded_info()
         return await self._drive(tasks.calibrated_ranges(info.model_config, self.calibration, params))
 
     async def score(
@@ -247,7 +266,7 @@ class AsyncLLMEngine:
         the cosine similarity of an embedding model's embeddings (each distinct text embedded once).
         The options: ``ScoreOptions``, as ``LLM.score``."""
         params = pooling_params(options, ScoreOptions, "score")
-        info = self.info
+        info = await self._loaded_info()
         return await self._drive(tasks.score(info.model_config, text_1, text_2, params, self._chunker(info)))
 
     async def rerank(
@@ -265,7 +284,7 @@ class AsyncLLMEngine:
         ``long_input="chunk"`` scores a long document by its windows (``chunk_score``); the options as
         ``LLM.rerank``."""
         params = pooling_params(options, ScoreOptions, "rerank")
-        info = self.info
+        info = await self._loaded_info()
         plan = tasks.rerank(
             info.model_config,
             info.tokenizer,
@@ -285,7 +304,8 @@ class AsyncLLMEngine:
         """A classifier's scores (every label) of single texts or (text_1, text_2) pairs, in order; the
         options as ``LLM.classify``."""
         params = pooling_params(options, ClassifyOptions, "classify")
-        return await self._drive(tasks.classify(self.info.model_config, inputs, params))
+        info = await self._loaded_info()
+        return await self._drive(tasks.classify(info.model_config, inputs, params))
 
     async def _drive(self, plan: tasks.Plan) -> Any:
         reuse = self.result_reuse

@@ -19,8 +19,9 @@ BLOCK = 1024  # columns per step of a row's two passes
 
 @triton.jit
 def fp8_row_scale(amax, fp8_max, min_scale):
-    """A row's scale from its largest magnitude (float32), as ``quantize_fp8_rows_reference`` computes it."""
-    return tl.maximum(amax, min_scale) / fp8_max
+    """A row's scale from its largest magnitude (float32), as ``quantize_fp8_rows_reference`` computes it (an
+    IEEE division: the GPU's default one may round differently in the last place)."""
+    return tl.math.div_rn(tl.maximum(amax, min_scale), fp8_max)
 
 
 @triton.jit
