@@ -210,13 +210,18 @@ def test_decoder_targets_are_read_off_the_tables() -> None:
         Row("sentence-transformers (batch 256)", "float16", tokens_per_s=40_000.0),
         Row("wde (fused kernels)", "float16", "lazy", 9.0, 100_000.0, 0.9999),
         Row("wde + fp8", "float16", "lazy", 9.0, 160_000.0, 0.998),
+        Row("wde + fp8", "bfloat16", "lazy", 9.0, 120_000.0, 0.998),
     ]
-    table.fp8_min_cosine = 0.9995
+    table.fp8_min_cosines = {"float16": 0.9995, "bfloat16": 0.9985}
     lines = decoder_target_lines([table], "float16", peak=800e12)
     assert lines[0] == "## Decoder targets (issue 51)"
     assert "fused 11.0% of the bf16 matmul peak (target >= 35%: NOT met)" in lines[2]
     assert "fused 2.50x the best sentence-transformers row (target >= 2x: met)" in lines[3]
-    assert "fp8 1.60x fused float16 (target >= 1.5x: met), min cosine 0.99950" in lines[4]
+    assert (
+        "fp8 (float16 activations) 1.60x fused float16 (target >= 1.5x: met), min cosine 0.99950" in lines[4]
+    )
+    assert "fp8 (bfloat16 activations) 1.20x fused float16 (target >= 1.5x: NOT met)" in lines[5]
+    assert "min cosine 0.99850 against it (target >= 0.999: NOT met)" in lines[5]
 
 
 def test_targets_are_read_off_the_tables() -> None:
