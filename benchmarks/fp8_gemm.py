@@ -88,7 +88,8 @@ def row_timings(in_features: int, out_features: int, dtype: torch.dtype) -> dict
 def gemm_lines(shape_name: str, dtype: torch.dtype = torch.float16) -> list[str]:
     """The markdown table: a row per linear, a column per timing (µs, and the 16-bit GEMM's TFLOP/s)."""
     shapes = linear_shapes(DECODER_SHAPES[shape_name])
-    timed = {name: row_timings(*sizes, dtype) for name, sizes in shapes.items()}
+    with torch.inference_mode():  # no autograd records around the 16-bit GEMM's parameter
+        timed = {name: row_timings(*sizes, dtype) for name, sizes in shapes.items()}
     columns = list(next(iter(timed.values())))
     lines = [
         f"fp8 parts of {shape_name}'s linears, {NUM_TOKENS} tokens, µs a call (median of {NUM_TIMED}):",
