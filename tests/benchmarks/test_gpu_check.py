@@ -244,3 +244,14 @@ def test_targets_are_read_off_the_tables() -> None:
     assert "lazy-graph start-up 6.50 s (wde torch_varlen, float16; target < 5 s: NOT met)" in lines[2]
     assert "1.80x sentence-transformers (target >= 1.5x: met)" in lines[3]
     assert "min cosine vs ST float32 0.99850 (target >= 0.999: NOT met)" in lines[3]
+
+
+def test_fp8_parts_time_the_linears_wde_builds() -> None:
+    """benchmarks.fp8_gemm's linears for the 0.6B shape: q/k/v and gate/up fused as the model fuses them
+    (28 layers of these: the 440M matmul parameters of the decoder table, embeddings aside)."""
+    from benchmarks.fp8_gemm import linear_shapes
+    from benchmarks.random_decoder import DECODER_SHAPES
+
+    shapes = linear_shapes(DECODER_SHAPES["qwen3-0.6b"])
+    assert shapes == {"qkv": (1024, 4096), "o": (2048, 1024), "gate_up": (1024, 6144), "down": (3072, 1024)}
+    assert 28 * sum(a * b for a, b in shapes.values()) == 440_401_920
