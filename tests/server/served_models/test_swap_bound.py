@@ -37,6 +37,9 @@ class _Engine:
     def wait_until_ready(self, timeout: float | None = None) -> None:
         pass
 
+    async def wait_while_loading(self) -> None:
+        pass  # loaded once the registry has it (the load's time is ``_start_engine``'s)
+
 
 def _make_engine(args: EngineArgs) -> AsyncLLMEngine:
     return cast(AsyncLLMEngine, _Engine())
