@@ -9,6 +9,7 @@ import pytest
 
 from server.process import tokenizer_parallelism
 from server.process.tokenizer_parallelism import MIN_CORES, VARIABLE, serial_tokenizer_calls
+from wde.engine import tokenizer_pool
 from wde.engine.tokenizer_pool import default_tokenizer_workers
 
 
@@ -20,10 +21,12 @@ def unset(monkeypatch: pytest.MonkeyPatch) -> None:
 
 def test_set_on_a_many_core_host_when_nothing_chose_it(monkeypatch: pytest.MonkeyPatch) -> None:
     unset(monkeypatch)
+    monkeypatch.setattr(tokenizer_pool, "usable_cores", lambda: 16)
+    assert default_tokenizer_workers("cuda") == 1  # the pool on: one thread hands it each chunk
     assert serial_tokenizer_calls(num_cores=MIN_CORES)
     assert os.environ[VARIABLE] == "false"
     # the engine's tokenizer threads are then the parallelism on a GPU: the cores minus one
-    assert default_tokenizer_workers("cuda") >= 1 and default_tokenizer_workers("cpu") == 0
+    assert default_tokenizer_workers("cuda") == 15 and default_tokenizer_workers("cpu") == 0
 
 
 def test_kept_on_a_small_host(monkeypatch: pytest.MonkeyPatch) -> None:
