@@ -21,8 +21,8 @@ from unittest import mock
 
 import numpy as np
 
-from benchmarks.gpu_runs import cosines
 from benchmarks.gpu_tables import Budget, ModelTable, Row, format_table, measured_row, one_line, peer_rows
+from benchmarks.quality import row_cosines
 from benchmarks.random_bert import count_matmul_params
 from benchmarks.random_decoder import write_random_decoder
 
@@ -184,7 +184,7 @@ def run_decoder_table(
         if configuration is FUSED:
             fused_embeddings = run.embeddings
         elif configuration.engine_args.get("quantization") == "fp8" and fused_embeddings is not None:
-            table.fp8_min_cosines[row.dtype] = float(cosines(run.embeddings, fused_embeddings).min())
+            table.fp8_min_cosines[row.dtype] = float(row_cosines(run.embeddings, fused_embeddings).min())
 
 
 def decoder_target_lines(tables: list[DecoderTable], dtype: str, peak: float | None) -> list[str]:

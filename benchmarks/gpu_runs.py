@@ -133,13 +133,6 @@ def measure_sentence_transformers(
         release(device)
 
 
-def cosines(ours: np.ndarray, reference: np.ndarray) -> np.ndarray:
-    """[num_texts] cosine of each pair of rows."""
-    ours = ours / np.linalg.norm(ours, axis=1, keepdims=True)
-    reference = reference / np.linalg.norm(reference, axis=1, keepdims=True)
-    return (ours * reference).sum(1)
-
-
 def matmul_flops_per_s(device: str, size: int, repeats: int = 10) -> float:
     """bf16 ``F.linear`` of ``[size, size] x [size, size]`` on random data: FLOP/s, best of ``repeats``
     after three warm-ups (CUDA events on a GPU)."""

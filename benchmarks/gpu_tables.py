@@ -10,7 +10,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from benchmarks.gpu_runs import StRun, WdeRun, cosines, measure_sentence_transformers, measure_wde
+from benchmarks.gpu_runs import StRun, WdeRun, measure_sentence_transformers, measure_wde
+from benchmarks.quality import row_cosines
 
 
 @dataclass
@@ -94,7 +95,7 @@ def peer_rows(table: ModelTable, texts: list[str], args: argparse.Namespace) -> 
     for batch_size in batch_sizes:
         peer = measure_sentence_transformers(table.path, texts, args.repeats, args.device, dtype, batch_size)
         table.peer_tokens_per_s = max(table.peer_tokens_per_s or 0.0, peer.tokens_per_s or 0.0) or None
-        cosine = float(cosines(peer.embeddings, reference.embeddings).min())
+        cosine = float(row_cosines(peer.embeddings, reference.embeddings).min())
         table.rows.append(
             Row(
                 f"sentence-transformers (batch {batch_size})",
@@ -110,7 +111,7 @@ def fill_row(row: Row, run: WdeRun, reference: np.ndarray) -> None:
     row.startup_s, row.tokens_per_s, row.captured = run.startup_s, run.tokens_per_s, run.captured
     row.ids_tokens_per_s, row.busy_share = run.ids_tokens_per_s, run.busy_share
     assert run.embeddings is not None
-    row.min_cosine = float(cosines(run.embeddings, reference).min())
+    row.min_cosine = float(row_cosines(run.embeddings, reference).min())
 
 
 def measured_row(

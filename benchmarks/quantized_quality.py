@@ -16,6 +16,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from benchmarks.dataset import load_texts, shared_data_path
+from benchmarks.quality import row_cosines
 from benchmarks.rerank_quality import load_records, mrr_at_10
 
 
@@ -46,8 +47,7 @@ def measure(
             llm.engine.shutdown()
         results.append((embeddings, mrr_at_10(rankings, relevant)))
     (plain, mrr), (quantized, quantized_mrr) = results
-    norms = np.linalg.norm(plain, axis=1) * np.linalg.norm(quantized, axis=1)
-    cosines = (plain * quantized).sum(axis=1) / norms
+    cosines = row_cosines(quantized, plain)
     return Quality(len(texts), len(records), float(cosines.min()), float(cosines.mean()), mrr, quantized_mrr)
 
 

@@ -153,6 +153,8 @@ class AsyncLLMEngine:
         """Return once the model is no longer loading, or after ``LOADING_GRACE_SECONDS`` (then a call still
         gets the loading error); at once when it is not loading. Every task coroutine starts with it, and
         so does the server's ``ModelRegistry.hold`` (its routes read ``info`` before they call)."""
+        if self._thread.state != EngineState.LOADING:
+            return
         deadline = time.monotonic() + LOADING_GRACE_SECONDS
         while self._thread.state == EngineState.LOADING and time.monotonic() < deadline:
             await asyncio.sleep(LOADING_POLL_SECONDS)

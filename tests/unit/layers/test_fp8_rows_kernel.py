@@ -30,11 +30,17 @@ DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 WIDTHS = [1024, 2048, 3072, 9728]
 
 
-@pytest.fixture(scope="module")
-def kernel() -> ModuleType:
+def kernels_module(name: str) -> ModuleType:
+    """A Triton kernels' module: compiled on a GPU, interpreted on the CPU (``tests/conftest.py`` turns the
+    interpreter on before anything imports triton)."""
     if DEVICE == "cpu" and os.environ.get("TRITON_INTERPRET") != "1":
         pytest.skip("no GPU, and TRITON_INTERPRET=1 was not set before triton was imported")
-    return importlib.import_module("wde.layers.quantization.fp8_rows_kernel")
+    return importlib.import_module(name)
+
+
+@pytest.fixture(scope="module")
+def kernel() -> ModuleType:
+    return kernels_module("wde.layers.quantization.fp8_rows_kernel")
 
 
 @triton.jit
@@ -94,9 +100,7 @@ def test_no_rows(kernel: ModuleType) -> None:
 
 @pytest.fixture(scope="module")
 def fused_kernels() -> ModuleType:
-    if DEVICE == "cpu" and os.environ.get("TRITON_INTERPRET") != "1":
-        pytest.skip("no GPU, and TRITON_INTERPRET=1 was not set before triton was imported")
-    return importlib.import_module("wde.layers.fused.triton_kernels")
+    return kernels_module("wde.layers.fused.triton_kernels")
 
 
 # (hidden, norm flavour, post-norm): Qwen3-Embedding-0.6B's, EmbeddingGemma-300m's (with its post-norm)

@@ -88,7 +88,7 @@ def add_rms_norm(
     num_tokens, size = x.shape
     out = torch.empty((num_tokens, size), dtype=FP8_DTYPE if quantize else x.dtype, device=x.device)
     summed = torch.empty((num_tokens, size), dtype=x.dtype, device=x.device)
-    scale = torch.empty((num_tokens, 1) if quantize else (0,), dtype=torch.float32, device=x.device)
+    scale = torch.empty((num_tokens, 1), dtype=torch.float32, device=x.device) if quantize else None
     if num_tokens:
         _add_rms_norm_kernel[(num_tokens,)](
             x,
@@ -101,7 +101,7 @@ def add_rms_norm(
             residual.stride(0),
             size,
             eps,
-            scale,
+            summed if scale is None else scale,  # unread without QUANTIZE
             FP8_MAX,
             MIN_SCALE,
             GEMMA=flavour == "gemma",
@@ -109,7 +109,7 @@ def add_rms_norm(
             QUANTIZE=quantize,
             BLOCK=triton.next_power_of_2(size),
         )
-    return (Fp8Activation(out, scale, x.dtype) if quantize else out), summed
+    return (out if scale is None else Fp8Activation(out, scale, x.dtype)), summed
 
 
 @triton.jit

@@ -85,14 +85,14 @@ class Fp8Linear(nn.Module):
 
     def forward(self, x: torch.Tensor | Fp8Activation) -> torch.Tensor:
         if isinstance(x, Fp8Activation):  # quantized by the kernel that produced it: [num_tokens, in]
-            out = self._matmul(x.values, x.scale, x.dtype)
-            return out if self.bias is None else out + self.bias
-        rows = x.reshape(-1, self.in_features)  # [num_tokens, in]
-        x_q, x_scale = quantize_fp8_rows(rows)
-        out = self._matmul(x_q, x_scale, x.dtype)  # [num_tokens, out]
+            x_q, x_scale, dtype, leading = x.values, x.scale, x.dtype, x.values.shape[:-1]
+        else:
+            x_q, x_scale = quantize_fp8_rows(x.reshape(-1, self.in_features))  # [num_tokens, in]
+            dtype, leading = x.dtype, x.shape[:-1]
+        out = self._matmul(x_q, x_scale, dtype)  # [num_tokens, out]
         if self.bias is not None:
             out = out + self.bias
-        return out.reshape(*x.shape[:-1], self.out_features)
+        return out.reshape(*leading, self.out_features)
 
     def _matmul(self, x_q: torch.Tensor, x_scale: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
         weight_t = self.weight.t()  # [in, out], column-major as _scaled_mm takes it
